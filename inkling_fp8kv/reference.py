@@ -8,7 +8,7 @@ __all__ = ['SCONV_WIDTH', 'KV_LAYOUTS', 'KV_CACHE_DTYPES', 'rms_norm', 'log_scal
            'alloc_conv_cache', 'gather_conv', 'short_conv_dense', 'sconv_paged', 'alloc_kv_cache', 'write_kv',
            'gather_kv', 'reference_prep', 'rel_attention_ref']
 
-# %% ../nbs/03_reference.ipynb #2a499b08
+# %% ../nbs/03_reference.ipynb #869bdae3
 import math, random
 from collections import deque
 from dataclasses import dataclass, fields
@@ -17,14 +17,14 @@ import torch.nn.functional as F
 from .numerics import E4M3_DTYPE, quantize_e4m3
 from .config import RankGeometry
 
-# %% ../nbs/03_reference.ipynb #b97dce7a
+# %% ../nbs/03_reference.ipynb #2fddc5ca
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     "RMSNorm over the last dim in fp32: `x · rsqrt(mean(x²) + eps) · weight` (weight as is). Returns fp32."
     xf = x.float()
     inv_rms = torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
     return xf * inv_rms * weight.float()
 
-# %% ../nbs/03_reference.ipynb #dae03579
+# %% ../nbs/03_reference.ipynb #b27bd8e0
 def log_scaling_tau(positions: torch.Tensor, alpha: float, n_floor: int | None) -> torch.Tensor | None:
     "fp32 `[T]`: `1 + alpha·ln(max((pos+1)/n_floor, 1))`; None when `n_floor` is None (no log scaling)."
     if n_floor is None: return None
@@ -32,7 +32,7 @@ def log_scaling_tau(positions: torch.Tensor, alpha: float, n_floor: int | None) 
     p = positions.to(torch.float32)
     return 1.0 + alpha * torch.log(torch.clamp((p + 1.0) / n_floor, min=1.0))
 
-# %% ../nbs/03_reference.ipynb #12d3fa06
+# %% ../nbs/03_reference.ipynb #6775bf9f
 def split_qkvr(qkvr: torch.Tensor, geom: RankGeometry):
     "Views `(q [T,Hq,128], k [T,Hkv,128], v [T,Hkv,128], r [T,Hq,16])` of a `qkvr [T, W]` row block."
     if qkvr.dim() != 2 or qkvr.shape[1] != geom.qkvr_width:
@@ -52,7 +52,7 @@ def rel_project(r: torch.Tensor, proj: torch.Tensor) -> torch.Tensor:
     for d in range(r.shape[-1]): acc = acc + rf[..., d, None] * pf[d]
     return acc.to(torch.bfloat16)
 
-# %% ../nbs/03_reference.ipynb #8b76e446
+# %% ../nbs/03_reference.ipynb #642217ec
 SCONV_WIDTH = 4   # taps of Inkling's short convolution; NOT the conv-cache block size (see below)
 
 @dataclass
@@ -77,7 +77,7 @@ def random_prep_weights(geom: RankGeometry, seed: int, device='cpu') -> PrepWeig
                        q_norm_w=draw(D, std=0.1, mean=1.0), k_norm_w=draw(D, std=0.1, mean=1.0),
                        rel_proj=draw(geom.d_rel, geom.rel_extent, std=0.5))
 
-# %% ../nbs/03_reference.ipynb #10493559
+# %% ../nbs/03_reference.ipynb #2feeb4ce
 class BlockAllocator:
     "Physical-block pool of one KV-cache group: hands out blocks (shuffled when seeded) and remembers each request's."
     def __init__(self, num_blocks: int, block_size: int, seed: int | None = None):
@@ -110,7 +110,7 @@ class BlockAllocator:
         "Flat slot of `position` of `req_id`: block · block_size + offset."
         return self.req_blocks[req_id][position // self.block_size] * self.block_size + position % self.block_size
 
-# %% ../nbs/03_reference.ipynb #2ca5dffd
+# %% ../nbs/03_reference.ipynb #7a060384
 @dataclass
 class BatchMeta:
     "Per-forward metadata of a flattened batch (vLLM order); rows past `num_actual_tokens` are padding."
@@ -166,7 +166,7 @@ def build_batch(requests, attn_alloc: BlockAllocator, conv_alloc: BlockAllocator
                      num_actual_tokens=T, block_table=block_table, slot_mapping=slot_mapping,
                      conv_block_table=conv_bt, conv_slot_mapping=conv_slots)
 
-# %% ../nbs/03_reference.ipynb #f5572140
+# %% ../nbs/03_reference.ipynb #8f8541d1
 def _check_slots(name: str, slots: torch.Tensor, T: int, capacity: int):
     "ValueError unless `slots` is `[T]` with distinct non-negative entries below `capacity` (negative = skip)."
     if slots.shape != (T,): raise ValueError(f"{name} must be [{T}], got {tuple(slots.shape)}")
@@ -198,7 +198,7 @@ def gather_conv(conv_cache: torch.Tensor, block_row, num_tokens: int) -> torch.T
     blocks = torch.as_tensor(block_row, device=conv_cache.device).long()[pos // N]
     return conv_cache.permute(0, 2, 1, 3)[blocks, pos % N]
 
-# %% ../nbs/03_reference.ipynb #19890477
+# %% ../nbs/03_reference.ipynb #f55db62d
 def short_conv_dense(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     "Oracle: causal depthwise conv with residual over one whole sequence `x [L, C]`, `w [C, 4]`; fp32, one bf16 rounding."
     L, W = x.shape[0], w.shape[1]
@@ -247,7 +247,7 @@ def sconv_paged(x: torch.Tensor, w: torch.Tensor, conv_cache: torch.Tensor, lane
     by_token[s // N, s % N, :, lanes] = xs[live]
     return out.to(torch.bfloat16).reshape(T, C)
 
-# %% ../nbs/03_reference.ipynb #0cc0a421
+# %% ../nbs/03_reference.ipynb #30606558
 KV_LAYOUTS = ("NHD", "HND")
 KV_CACHE_DTYPES = (torch.bfloat16, E4M3_DTYPE)
 
@@ -295,14 +295,14 @@ def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         if fp8: cache.view(torch.uint8)[blk, off] = quantize_e4m3(x[keep], scale).view(torch.uint8)
         else: cache[blk, off] = x[keep]
 
-def gather_kv(cache: torch.Tensor, block_row, num_tokens: int) -> torch.Tensor:
-    "Positions `[0, num_tokens)` of one request, read through its block-table row: `[num_tokens, Hkv, D]` in the cache dtype."
+def gather_kv(cache: torch.Tensor, block_row, num_tokens: int, start: int = 0) -> torch.Tensor:
+    "Positions `[start, num_tokens)` of one request, read through its block-table row: `[num_tokens - start, Hkv, D]`, cache dtype."
     B = cache.shape[1]
-    pos = torch.arange(num_tokens, device=cache.device)
+    pos = torch.arange(start, num_tokens, device=cache.device)
     blocks = torch.as_tensor(block_row, device=cache.device).long()[pos // B]
     return cache[blocks, pos % B]
 
-# %% ../nbs/03_reference.ipynb #3d030a0b
+# %% ../nbs/03_reference.ipynb #7cac28b8
 def reference_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positions, seq_idx, query_start,
                    conv_cache, conv_block_table, conv_slot_mapping, k_cache, v_cache, slot_mapping,
                    tau=None, eps: float = 1e-6, k_scale=None, v_scale=None):
@@ -340,9 +340,9 @@ def reference_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, po
     write_kv(k_norm, v_conv, k_cache, v_cache, slot_mapping, k_scale, v_scale)
     return q, rel
 
-# %% ../nbs/03_reference.ipynb #14ef39e7
+# %% ../nbs/03_reference.ipynb #e819ea9c
 def rel_attention_ref(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale,
-                      window=None, q_scale=1., k_scale=1., v_scale=1.) -> torch.Tensor:
+                      window=None, q_scale=1., k_scale=1., v_scale=1., max_scores: int = 1 << 24) -> torch.Tensor:
     "fp32 `[T, Hq, D]`: causal (optionally windowed) paged attention with the relative bias, on dequantized inputs."
     if torch.get_float32_matmul_precision() != 'highest':
         raise RuntimeError("rel_attention_ref needs torch.get_float32_matmul_precision() == 'highest' (no TF32/bf16 matmuls)")
@@ -355,24 +355,29 @@ def rel_attention_ref(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens,
     qs, ks, vs = (_check_scale(n, s) for n, s in (('q_scale', q_scale), ('k_scale', k_scale), ('v_scale', v_scale)))
     cu, lens = cu_seqlens_q.tolist(), seq_lens.tolist()
     if len(cu) != len(lens) + 1 or cu[0] != 0 or cu[-1] != T: raise ValueError(f"cu_seqlens_q {cu} does not describe {T} tokens of {len(lens)} requests")
+    if block_table.shape[0] < len(lens): raise ValueError(f"block_table has {block_table.shape[0]} rows for {len(lens)} requests")
     G, E = Hq // Hkv, rel_logits.shape[-1]
     out = torch.zeros(T, Hq, D, dtype=torch.float32, device=q.device)
     for b, kv_len in enumerate(lens):
-        t0, t1 = cu[b], cu[b + 1]
-        q_len = t1 - t0
+        t0, q_len = cu[b], cu[b + 1] - cu[b]
         if q_len == 0: continue
         if not q_len <= kv_len <= block_table.shape[1] * B:
             raise ValueError(f"request {b}: need q_len {q_len} <= seq_len {kv_len} <= block_table capacity {block_table.shape[1] * B}")
-        K = gather_kv(k_cache, block_table[b], kv_len).float() * ks              # [kv_len, Hkv, D]
-        V = gather_kv(v_cache, block_table[b], kv_len).float() * vs
-        Q = (q[t0:t1].float() * qs).reshape(q_len, Hkv, G, D)
-        S = torch.einsum('ikgd,jkd->kgij', Q, K) * softmax_scale              # [Hkv, G, q_len, kv_len]
-        P = torch.arange(kv_len - q_len, kv_len, device=q.device)               # absolute query positions
-        d = P[:, None] - torch.arange(kv_len, device=q.device)[None, :]          # [q_len, kv_len] distances
-        rel = rel_logits[t0:t1].float().reshape(q_len, Hkv, G, E).permute(1, 2, 0, 3)   # [Hkv, G, q_len, E]
-        bias = rel.gather(-1, d.clamp(0, E - 1).expand(Hkv, G, q_len, kv_len))
-        S = S + torch.where((d >= 0) & (d < E), bias, 0.0)
-        masked = (d < 0) if window is None else (d < 0) | (d > window - 1)
-        p = torch.softmax(S.masked_fill(masked, float('-inf')), dim=-1)
-        out[t0:t1] = torch.einsum('kgij,jkd->ikgd', p, V).reshape(q_len, Hq, D)
+        rows = max(1, max_scores // (Hq * kv_len))                             # query rows per chunk (memory bound only)
+        for i0 in range(0, q_len, rows):
+            i1 = min(q_len, i0 + rows)
+            P = torch.arange(kv_len - q_len + i0, kv_len - q_len + i1, device=q.device)   # absolute query positions
+            j0 = 0 if window is None else max(0, int(P[0]) - window + 1)       # first key any of these queries sees
+            j1 = int(P[-1]) + 1                                                 # causal: nothing after the last query
+            K = gather_kv(k_cache, block_table[b], j1, start=j0).float() * ks   # [j1 - j0, Hkv, D]
+            V = gather_kv(v_cache, block_table[b], j1, start=j0).float() * vs
+            Q = (q[t0 + i0:t0 + i1].float() * qs).reshape(i1 - i0, Hkv, G, D)
+            S = torch.einsum('ikgd,jkd->kgij', Q, K) * softmax_scale            # [Hkv, G, rows, keys]
+            d = P[:, None] - torch.arange(j0, j1, device=q.device)[None, :]     # distances pos_q - pos_k
+            rel = rel_logits[t0 + i0:t0 + i1].float().reshape(i1 - i0, Hkv, G, E).permute(1, 2, 0, 3)   # [Hkv, G, rows, E]
+            bias = rel.gather(-1, d.clamp(0, E - 1).expand(Hkv, G, *d.shape))
+            S = S + torch.where((d >= 0) & (d < E), bias, 0.0)
+            masked = (d < 0) if window is None else (d < 0) | (d > window - 1)
+            p = torch.softmax(S.masked_fill(masked, float('-inf')), dim=-1)
+            out[t0 + i0:t0 + i1] = torch.einsum('kgij,jkd->ikgd', p, V).reshape(i1 - i0, Hq, D)
     return out

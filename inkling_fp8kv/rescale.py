@@ -5,14 +5,15 @@
 # %% auto #0
 __all__ = ['MAX_OFFSET', 'SAFE_RESCALE_THRESHOLD', 'LOG2E', 'STRESS_MAX_ABS', 'STRESS_REL_FRO', 'max_rescale_threshold',
            'check_rescale_threshold', 'emulate_online_softmax', 'reference_softmax_attention', 'reference_lse',
-           'rel_bias_matrix', 'bias_stress_case', 'reference_case', 'emulate_case', 'attention_errors']
+           'p_rounding_bound', 'rel_bias_matrix', 'bias_stress_case', 'reference_case', 'emulate_case',
+           'attention_errors']
 
-# %% ../nbs/06_rescale_bound.ipynb #90b92b24
-import math
+# %% ../nbs/06_rescale_bound.ipynb #8394f9af
+import math, numbers
 import torch
 from .numerics import E4M3_MAX, quantize_e4m3
 
-# %% ../nbs/06_rescale_bound.ipynb #4f0b9077
+# %% ../nbs/06_rescale_bound.ipynb #45ae9881
 MAX_OFFSET = 8                 # fp8 P is pre-scaled by 2**MAX_OFFSET before the e4m3 cast
 SAFE_RESCALE_THRESHOLD = 0.75  # shipped lazy-rescale threshold for fp8 P (log2 units)
 LOG2E = 1.4426950408889634
@@ -26,7 +27,7 @@ def max_rescale_threshold(max_offset: float = MAX_OFFSET, fp8_max: float = E4M3_
 def check_rescale_threshold(threshold: float, *, max_offset: float = MAX_OFFSET, fp8_max: float = E4M3_MAX,
                             unsafe_threshold: bool = False) -> float:
     "Return `threshold` if it keeps fp8 P unclipped; else raise `ValueError` unless `unsafe_threshold` (experiments only)."
-    if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
+    if isinstance(threshold, bool) or not (isinstance(threshold, numbers.Real) and math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"rescale threshold must be a finite number >= 0 (log2 units), got {threshold!r}")
     bound = max_rescale_threshold(max_offset, fp8_max)
     if threshold > bound and not unsafe_threshold:
@@ -36,7 +37,7 @@ def check_rescale_threshold(threshold: float, *, max_offset: float = MAX_OFFSET,
                          f"(shipped: {SAFE_RESCALE_THRESHOLD}), or pass unsafe_threshold=True for experiments.")
     return float(threshold)
 
-# %% ../nbs/06_rescale_bound.ipynb #aa5d3e59
+# %% ../nbs/06_rescale_bound.ipynb #a77e2629
 _P_DTYPES = ("e4m3", "bf16")
 _ROWSUMS = ("mma", "fp32")
 
@@ -98,7 +99,7 @@ def emulate_online_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bi
     st["clipped_frac"] = st["clipped"] / max(st["visible"], 1)
     return out, st
 
-# %% ../nbs/06_rescale_bound.ipynb #3b045913
+# %% ../nbs/06_rescale_bound.ipynb #998af0b0
 def reference_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
                                 softmax_scale: float) -> torch.Tensor:
     "Exact `softmax(softmax_scale·q kᵀ + bias) v` in float64 (rows with no visible key → 0); returns float32."
@@ -110,15 +111,21 @@ def reference_lse(q, k, bias, softmax_scale) -> torch.Tensor:
     "Exact per-row log-sum-exp (nats) of `softmax_scale·q kᵀ + bias`, float64."
     return torch.logsumexp(softmax_scale * (q.double() @ k.double().transpose(-1, -2)) + bias.double(), -1)
 
-# %% ../nbs/06_rescale_bound.ipynb #7ef276a5
-def _rounding_bound(v, out, l, n, u, sub, rowsum):
-    "Per-element worst-case |emulated - exact| from P rounding (see the derivation above)."
-    if rowsum == "mma":
-        spread = (v[None, :, :] - out[:, None, :]).abs().amax(1)
-        return spread * (u * l + n * sub)[:, None] / ((1 - u) * l - n * sub)[:, None]
-    return v.abs().amax(0)[None, :] * (u + n * sub / l)[:, None]
+# %% ../nbs/06_rescale_bound.ipynb #362e6291
+def p_rounding_bound(v: torch.Tensor, out: torch.Tensor, n_visible: torch.Tensor, *, p_dtype: str = "e4m3",
+                     rowsum: str = "mma", max_offset: float = MAX_OFFSET) -> torch.Tensor:
+    "Worst-case |tiled − exact| per output element [Lq, D] that rounding P to `p_dtype` can cause when nothing clips."
+    if p_dtype not in _P_DTYPES: raise ValueError(f"p_dtype must be one of {_P_DTYPES}, got {p_dtype!r}")
+    if rowsum not in _ROWSUMS: raise ValueError(f"rowsum must be one of {_ROWSUMS}, got {rowsum!r}")
+    u, sub = (2.0 ** -4, 2.0 ** -10) if p_dtype == "e4m3" else (2.0 ** -9, 0.0)
+    L = 2.0 ** (max_offset if p_dtype == "e4m3" else 0)    # sum of P >= P of the row max >= 2^o
+    v, out, n = v.float(), out.float(), n_visible.float().to(out.device)
+    if rowsum == "mma":   # max_j |v_jd - out_d| over all keys (a superset of the visible ones)
+        spread = torch.maximum(v.amax(0)[None] - out, out - v.amin(0)[None])
+        return spread * ((u * L + n * sub) / ((1 - u) * L - n * sub).clamp_min(1e-30))[:, None]
+    return v.abs().amax(0)[None] * (u + n * sub / L)[:, None]
 
-# %% ../nbs/06_rescale_bound.ipynb #02d7cd11
+# %% ../nbs/06_rescale_bound.ipynb #4d4c2f53
 STRESS_MAX_ABS = 0.15   # the attention tests' tolerances on the stress inputs: max abs error ...
 STRESS_REL_FRO = 3e-2   # ... and relative Frobenius error, both vs the exact softmax of the same e4m3 values
 
@@ -158,7 +165,7 @@ def bias_stress_case(seed: int = 0, *, q_len: int = 64, kv_len: int = 320, num_h
                 softmax_scale=1.0 / head_dim, window=window, rel_extent=rel_extent, block_n=block_n,
                 positions=torch.arange(kv_len - q_len, kv_len), seed=seed)
 
-# %% ../nbs/06_rescale_bound.ipynb #e99225e9
+# %% ../nbs/06_rescale_bound.ipynb #4f352c41
 def _head_inputs(case, h):
     q, k, v, rel = case["q"], case["k"], case["v"], case["rel_logits"]
     hk = h // (q.shape[1] // k.shape[1])

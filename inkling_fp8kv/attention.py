@@ -6,7 +6,7 @@
 __all__ = ['ATTN_CONFIGS', 'MAX_SPLITS', 'TML_FA4_MODULES', 'BACKENDS', 'decode_num_splits', 'tml_fa4_arguments',
            'select_backend', 'rel_attention']
 
-# %% ../nbs/07_attention.ipynb #9367b10d
+# %% ../nbs/07_attention.ipynb #5a133a1b
 import math
 import torch
 import triton
@@ -14,7 +14,7 @@ import triton.language as tl
 from .numerics import E4M3_DTYPE, tl_quantize_e4m3, triton_target
 from .rescale import MAX_OFFSET, SAFE_RESCALE_THRESHOLD, check_rescale_threshold, LOG2E
 
-# %% ../nbs/07_attention.ipynb #1b5d1dee
+# %% ../nbs/07_attention.ipynb #ba778190
 @triton.jit
 def _p_to_mma(p, IS_FP8: tl.constexpr, EXACT_CAST: tl.constexpr):
     # P >= 0 and finite; fp8: e4m3 with saturation at 448 (the silent clip the rescale bound rules out)
@@ -218,14 +218,16 @@ def _decode_merge_kernel(OPART, LSE, OUT, CU, out_scale, num_splits,
     t = tl.load(CU + b).to(tl.int64)
     tl.store(OUT + t * stride_ot + h * stride_oth + d, out.to(OUT.dtype.element_ty))
 
-# %% ../nbs/07_attention.ipynb #c31b2918
+# %% ../nbs/07_attention.ipynb #9d121e09
 ATTN_CONFIGS = {
-    # GPU defaults, from the H200 sweep (bench/results/attention_tune.json)
-    "prefill": dict(block_m=128, block_n=64, num_warps=4, num_stages=3, lazy_skip=False),
-    "decode": dict(block_n=64, num_warps=2, num_stages=3, split_waves=16, lazy_skip=False),
+    # GPU defaults: the winners of the H200 sweep recorded in bench/results/attention.json ("configs")
+    "prefill_fp8": dict(block_m=128, block_n=64, num_warps=4, num_stages=3, lazy_skip=False),
+    "prefill_bf16": dict(block_m=128, block_n=128, num_warps=8, num_stages=3, lazy_skip=False),
+    "decode_fp8": dict(block_n=64, num_warps=2, num_stages=3, split_waves=16, lazy_skip=True),
+    "decode_bf16": dict(block_n=64, num_warps=2, num_stages=3, split_waves=16, lazy_skip=False),
     # the interpreter: small tiles keep CI fast
     "prefill_interp": dict(block_m=32, block_n=32, num_warps=4, num_stages=1, lazy_skip=False),
-    "decode_interp": dict(block_n=32, num_warps=4, num_stages=1, split_waves=1, lazy_skip=False),
+    "decode_interp": dict(block_n=32, num_warps=4, num_stages=1, split_waves=1, lazy_skip=True),
 }
 MAX_SPLITS = 256
 
@@ -238,7 +240,7 @@ def decode_num_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, windo
     visible = min(max_seqlen_k, window) if window else max_seqlen_k
     return max(1, min(triton.cdiv(waves * num_sms, batch * num_kv_heads), triton.cdiv(visible, block_n), MAX_SPLITS))
 
-# %% ../nbs/07_attention.ipynb #f1e9724c
+# %% ../nbs/07_attention.ipynb #5b8c7b33
 def _check(cond, msg):
     if not cond: raise ValueError(msg)
 
@@ -277,7 +279,7 @@ def _host_scale(name, x) -> float:
     _check(math.isfinite(v) and v > 0, f"{name} must be finite and > 0, got {v}")
     return v
 
-# %% ../nbs/07_attention.ipynb #84e4acec
+# %% ../nbs/07_attention.ipynb #dc2646c1
 def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                           window, v_scale, threshold, num_splits, max_seqlen_k, out, config=None):
     fp8 = q.dtype == E4M3_DTYPE
@@ -291,7 +293,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
     sm_log2 = softmax_scale * LOG2E
     W = window or 0
     if max_seqlen_q == 1:
-        cfg = {**ATTN_CONFIGS["decode_interp" if interp else "decode"], **(config or {})}
+        cfg = {**ATTN_CONFIGS["decode_interp" if interp else ("decode_fp8" if fp8 else "decode_bf16")], **(config or {})}
         bn = cfg["block_n"]
         if num_splits is None:
             mk = max_seqlen_k if max_seqlen_k is not None else int(seq_lens.max().item())   # one host sync without max_seqlen_k
@@ -311,7 +313,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
                                       out.stride(0), out.stride(1), BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=D)
         return out
     _check(num_splits in (None, 1), f"num_splits={num_splits}: split-KV is for decode batches (max_seqlen_q == 1) only")
-    cfg = {**ATTN_CONFIGS["prefill_interp" if interp else "prefill"], **(config or {})}
+    cfg = {**ATTN_CONFIGS["prefill_interp" if interp else ("prefill_fp8" if fp8 else "prefill_bf16")], **(config or {})}
     bq = max(1, cfg["block_m"] // G)
     _prefill_kernel[(triton.cdiv(max_seqlen_q, bq), B, Hkv)](
         q, k_cache, v_cache, rel_logits, out, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, v_scale, E, W,
@@ -322,7 +324,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
     return out
 
-# %% ../nbs/07_attention.ipynb #a3a52936
+# %% ../nbs/07_attention.ipynb #d3770f9a
 def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale, window, v_scale, out, **_):
     from torch.nn.attention.flex_attention import flex_attention, create_block_mask
     _, page, Hkv, _ = k_cache.shape
@@ -349,7 +351,7 @@ def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_len
         out[t0:t1] = (o[0].transpose(0, 1) * v_scale).to(out.dtype)
     return out
 
-# %% ../nbs/07_attention.ipynb #ea6d1878
+# %% ../nbs/07_attention.ipynb #738fa08e
 TML_FA4_MODULES = ("vllm.third_party.tml_fa4.flash_attn.cute.interface", "vllm.third_party.tml_fa4.interface",
                    "tml_fa4.flash_attn.cute.interface", "flash_attn.cute.interface")
 
@@ -384,7 +386,7 @@ def _tml_fa4_rel_attention(q, k_cache, v_cache, rel_logits, *, v_scale, out, mod
     if v_scale != 1.0: out.mul_(v_scale)   # the kernel has no descale arguments: V's descale is linear in the output
     return out
 
-# %% ../nbs/07_attention.ipynb #4b20e055
+# %% ../nbs/07_attention.ipynb #c5311cac
 BACKENDS = ("auto", "triton", "flex", "tml_fa4")
 
 def select_backend(backend: str, *, fp8: bool, device: torch.device) -> str:
@@ -401,7 +403,7 @@ def select_backend(backend: str, *, fp8: bool, device: torch.device) -> str:
     if backend not in allowed: raise NotImplementedError(f"backend {backend!r} does not serve {'fp8' if fp8 else 'bf16'} here; allowed: {allowed}")
     return backend
 
-# %% ../nbs/07_attention.ipynb #722c5b24
+# %% ../nbs/07_attention.ipynb #77e3bab0
 def rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                   window=None, v_scale=1., rescale_threshold=None, num_splits=None, backend="auto", out=None,
                   unsafe_threshold=False, max_seqlen_k=None, config=None, tml_fa4_module=None) -> torch.Tensor:

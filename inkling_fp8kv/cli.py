@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['CONFIGS', 'environment', 'gate_verdicts', 'report', 'capacity_cmd', 'main']
 
-# %% ../nbs/16_cli.ipynb #dadfeae3
+# %% ../nbs/16_cli.ipynb #63edcd1a
 import argparse, json, platform, sys
 import torch
 from .config import inkling_small, tiny
 from .gate import resolve_kv_cache_dtype
 from .capacity import capacity_report, plan_pool
 
-# %% ../nbs/16_cli.ipynb #0703d38a
+# %% ../nbs/16_cli.ipynb #214271f9
 def environment() -> dict:
     "Versions and the device this process would run kernels on."
     import triton
@@ -52,7 +52,7 @@ def _print_report(r: dict):
     for tp, v in r["kv_bytes_per_token_per_rank"].items():
         print(f"  TP{tp}: bf16 {v['bf16']:>6,}  fp8 {v['fp8']:>6,}")
 
-# %% ../nbs/16_cli.ipynb #c37ccf6c
+# %% ../nbs/16_cli.ipynb #bae6042b
 CONFIGS = {"inkling-small": inkling_small, "tiny": tiny}
 
 def capacity_cmd(a) -> str:
@@ -85,7 +85,7 @@ def _add_capacity_parser(sub):
     cp.add_argument("--concurrency", type=float, default=None, help="also print the memory per rank this concurrency needs")
     cp.add_argument("--json", action="store_true", help="print JSON instead of text")
 
-# %% ../nbs/16_cli.ipynb #de576b75
+# %% ../nbs/16_cli.ipynb #d7134414
 def main(argv=None):
     "Entry point of the `inkling-fp8kv` command."
     p = argparse.ArgumentParser(prog="inkling-fp8kv", description="fp8 e4m3 KV cache for Inkling")

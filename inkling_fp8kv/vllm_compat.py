@@ -6,19 +6,18 @@
 __all__ = ['INKLING_VLLM_MODULES', 'probe_imports', 'offline_vllm_config', 'serving_settings', 'init_cpu_vllm',
            'vllm_kv_cache_specs', 'vllm_inkling_config', 'inkling_config_from_vllm', 'build_vllm_layers',
            'collect_kv_cache_specs', 'vllm_plan', 'plan_summary', 'gate_vs_vllm', 'gate_for_vllm',
-           'use_attention_class', 'fp8_classes', 'finalize_fp8_scales', 'check_scale_coverage_vllm',
-           'fp8_attention_forward', 'register']
+           'use_attention_class', 'fp8_classes', 'finalize_fp8_scales', 'fp8_attention_forward', 'register']
 
-# %% ../nbs/14_vllm.ipynb #af6b9680
-import functools, json, math, os, re, shutil, subprocess, sys, tempfile, warnings
+# %% ../nbs/14_vllm.ipynb #d0278bee
+import functools, json, math, os, shutil, subprocess, sys, tempfile
 from contextlib import contextmanager
 from dataclasses import replace
 import torch
 from .config import InklingConfig
-from .gate import resolve_kv_cache_dtype, KVCacheDtype, SUPPORTED_KV_CACHE_DTYPES, KNOWN_UNSUPPORTED_KV_CACHE_DTYPES
+from .gate import resolve_kv_cache_dtype, KVCacheDtype
 from .capacity import PoolPlan
 
-# %% ../nbs/14_vllm.ipynb #e8d4b676
+# %% ../nbs/14_vllm.ipynb #d7b688c8
 INKLING_VLLM_MODULES = ("vllm.models.inkling", "vllm.models.inkling.configs", "vllm.models.inkling.nvidia.sconv_swa_attn",
                         "vllm.models.inkling.nvidia.attention", "vllm.models.inkling.nvidia.model", "vllm.models.inkling.nvidia.ops.qkvr_prep",
                         "vllm.models.inkling.nvidia.ops.fa4_rel_attention", "vllm.models.inkling.amd.attention", "vllm.models.inkling.amd.model")
@@ -50,7 +49,7 @@ def probe_imports(modules=INKLING_VLLM_MODULES, *, timeout: float = 600) -> dict
         todo = todo[todo.index(started) + 1:]
     return out
 
-# %% ../nbs/14_vllm.ipynb #aeff4fb5
+# %% ../nbs/14_vllm.ipynb #7add1fe1
 def offline_vllm_config(*, max_model_len: int = 131_072, max_num_batched_tokens: int = 16_384, block_size: int = 16,
                         cache_dtype: str = "auto", kv_cache_layout: str = "LBNHC"):
     "A `VllmConfig` built without network or weights (a tiny HF config in a temp folder), for vLLM's KV planning code."
@@ -87,7 +86,7 @@ def serving_settings(vllm_config, *, max_model_len: int, max_num_batched_tokens:
     finally:
         mc.max_model_len, sc.max_num_batched_tokens, sc.async_scheduling, cc.num_gpu_blocks_override, cc.block_size, cc.cache_dtype = saved
 
-# %% ../nbs/14_vllm.ipynb #c25bf29e
+# %% ../nbs/14_vllm.ipynb #ba6bd6fd
 def init_cpu_vllm(vllm_config) -> None:
     "Set up vLLM's tensor-parallel state as a world of one rank (gloo), so vLLM layers can be built on a CPU."
     from vllm.config import set_current_vllm_config
@@ -99,7 +98,7 @@ def init_cpu_vllm(vllm_config) -> None:
                                      distributed_init_method="file://" + os.path.join(tempfile.mkdtemp(prefix="inkling_fp8kv_dist_"), "init"))
         initialize_model_parallel(1, 1)
 
-# %% ../nbs/14_vllm.ipynb #ea55b04a
+# %% ../nbs/14_vllm.ipynb #20959ff0
 def vllm_kv_cache_specs(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, block_size: int = 16) -> dict:
     "Per-rank KV-cache specs of every Inkling layer as vLLM spec objects, named and ordered as vLLM registers them."
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode, SlidingWindowSpec
@@ -138,14 +137,15 @@ def inkling_config_from_vllm(hf_config) -> InklingConfig:
                          log_scaling_alpha=c.log_scaling_alpha, log_scaling_n_floor=c.log_scaling_n_floor, rms_norm_eps=c.rms_norm_eps,
                          vocab_size=c.vocab_size, intermediate_size=c.intermediate_size)
 
-# %% ../nbs/14_vllm.ipynb #770ce5b1
+# %% ../nbs/14_vllm.ipynb #4cde7a64
 def build_vllm_layers(vllm_config, cfg: InklingConfig, layer_ids=None, *, attention_cls=None) -> dict:
-    "Build vLLM's `InklingConvState` + attention layers for `cfg` as its decoder layer does: name -> module."
+    "Build vLLM's `InklingConvState` + attention layers for `cfg` as its decoder layer does (`cfg` becomes the model config): name -> module."
     from vllm.config import set_current_vllm_config
     from vllm.models.inkling.nvidia.attention import InklingAttention
     from vllm.models.inkling.nvidia.sconv_swa_attn import InklingConvState
     attention_cls = attention_cls or InklingAttention
     hf = vllm_inkling_config(cfg)
+    vllm_config.model_config.hf_config = vllm_config.model_config.hf_text_config = hf
     out = {}
     with set_current_vllm_config(vllm_config):
         for i in (range(cfg.num_layers) if layer_ids is None else layer_ids):
@@ -171,7 +171,7 @@ def collect_kv_cache_specs(vllm_config) -> dict:
         out[name] = customize_attention_spec(layer.get_attn_backend(), spec) if isinstance(spec, AttentionSpec) else spec
     return out
 
-# %% ../nbs/14_vllm.ipynb #5c49c5a2
+# %% ../nbs/14_vllm.ipynb #d0aa52dc
 def _kind(names, spec) -> str:
     if all(n.endswith(".conv_state") for n in names): return "conv"
     return "full" if type(spec).__name__ == "FullAttentionSpec" else "sliding"
@@ -199,7 +199,7 @@ def plan_summary(plan: PoolPlan) -> dict:
     return dict(num_blocks=plan.num_blocks, bytes_per_block=plan.bytes_per_block, max_concurrency=plan.max_concurrency, pool_tokens=plan.pool_tokens,
                 groups=tuple((g.kind, g.block_size, g.layer_names, g.blocks_per_request) for g in plan.groups))
 
-# %% ../nbs/14_vllm.ipynb #0a83952c
+# %% ../nbs/14_vllm.ipynb #282ddf84
 def gate_vs_vllm(*, capability=(9, 0), platform: str = "cuda") -> list:
     "For every `--kv-cache-dtype` string vLLM accepts: vLLM's quant mode and storage dtype beside the gate's verdict."
     import typing
@@ -217,7 +217,7 @@ def gate_vs_vllm(*, capability=(9, 0), platform: str = "cuda") -> list:
         rows.append(row)
     return rows
 
-# %% ../nbs/14_vllm.ipynb #6ec82b1e
+# %% ../nbs/14_vllm.ipynb #af154054
 def gate_for_vllm(kv_cache_dtype: str, *, platform: str | None = None, capability=None) -> KVCacheDtype:
     "The gate for a layer built inside vLLM: `platform`/`capability` default to vLLM's `current_platform`."
     if platform is None:
@@ -231,6 +231,16 @@ def gate_for_vllm(kv_cache_dtype: str, *, platform: str | None = None, capabilit
     return resolve_kv_cache_dtype(kv_cache_dtype, capability=capability, platform=platform) if kv.quantized else kv
 
 @contextmanager
+def _skip_fa4_warmup(vllm_config, skip: bool):
+    # vLLM's Inkling layer registers its FA4 kernel for JIT warmup; an fp8 layer never runs it, and its warmup keys
+    # would compile FA4 for a uint8 cache at the un-unified block size. Registrations go to a throw-away registry.
+    if not skip:
+        yield
+        return
+    from vllm.model_executor.warmup.jit_warmup import JitWarmupRegistry
+    with JitWarmupRegistry(vllm_config).activate(): yield
+
+@contextmanager
 def use_attention_class(cls):
     "Build vLLM's Inkling decoder layers with `cls` as their attention class while the block runs."
     from vllm.models.inkling.nvidia import model as inkling_model
@@ -239,7 +249,7 @@ def use_attention_class(cls):
     try: yield cls
     finally: inkling_model.InklingAttention = old
 
-# %% ../nbs/14_vllm.ipynb #e8ff39cb
+# %% ../nbs/14_vllm.ipynb #17ae10b6
 @functools.cache
 def fp8_classes() -> dict:
     "Build (once) the vLLM subclasses: `Fp8InklingAttention`, `InklingFp8ForCausalLM`, `InklingFp8ForConditionalGeneration`."
@@ -254,10 +264,11 @@ def fp8_classes() -> dict:
             vllm_config = get_current_vllm_config()
             cache_dtype = vllm_config.cache_config.cache_dtype if vllm_config.cache_config is not None else "auto"
             kv = gate_for_vllm(cache_dtype)            # before anything is built or registered
-            super().__init__(config, **kw)
+            with _skip_fa4_warmup(vllm_config, kv.quantized): super().__init__(config, **kw)
             self.kv = kv
             self.register_buffer("q_scale", torch.ones((), dtype=torch.float32))
             self.descales = None                        # host floats, set by refresh_descales() after every (re)load
+            self.geom = _rank_geometry(vllm_config, self.is_local) if kv.quantized else None   # what this package's kernels take
 
         def get_kv_cache_spec(self, vllm_config):
             return replace(super().get_kv_cache_spec(vllm_config), kv_quant_mode=KVQuantMode[self.kv.kv_quant_mode])
@@ -302,31 +313,30 @@ def __getattr__(name):
     if name in ("Fp8InklingAttention", "InklingFp8ForCausalLM", "InklingFp8ForConditionalGeneration"): return fp8_classes()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-# %% ../nbs/14_vllm.ipynb #902e65d4
+# %% ../nbs/14_vllm.ipynb #94edff01
 def finalize_fp8_scales(model, loaded: set) -> dict:
     "After (re)loading weights: validate and cache every fp8 layer's scales; warn when V scales cover fewer layers than run fp8."
     layers = {n: m for n, m in model.named_modules() if hasattr(m, "refresh_descales")}
     for m in layers.values(): m.refresh_descales()
     quantized = [n for n, m in layers.items() if m.kv.quantized]
-    if quantized: check_scale_coverage_vllm(loaded, quantized)
+    if quantized: _check_scale_coverage(loaded, quantized)
     return {n: m.descales for n, m in layers.items()}
 
-def check_scale_coverage_vllm(loaded: set, quantized_layers: list):
+def _check_scale_coverage(loaded: set, quantized_layers: list):
     "The coverage warning from the loader's return value (`scales.check_scale_coverage`)."
     from inkling_fp8kv.scales import check_scale_coverage   # TODO(lead): exists once notebook 09 is merged; untested here
     return check_scale_coverage(loaded, quantized_layers)
 
-# %% ../nbs/14_vllm.ipynb #915aa1fc
+# %% ../nbs/14_vllm.ipynb #0fd7c14b
 def _prep_weights(layer) -> dict:
     # TODO(lead): match reference.reference_prep's `w` argument once notebook 03 is merged
     return dict(k_sconv=layer.k_sconv.weight.squeeze(1), v_sconv=layer.v_sconv.weight.squeeze(1), q_norm=layer.q_norm.weight,
                 k_norm=layer.k_norm.weight, rel_proj=layer.rel_logits_proj.proj)
 
-def _geometry(layer):
-    from vllm.config import get_current_vllm_config
+def _rank_geometry(vllm_config, local: bool):
     from vllm.distributed import get_tensor_model_parallel_world_size
-    cfg = inkling_config_from_vllm(get_current_vllm_config().model_config.hf_text_config)
-    return cfg.rank(get_tensor_model_parallel_world_size(), layer.is_local)
+    cfg = inkling_config_from_vllm(vllm_config.model_config.hf_text_config)
+    return cfg.rank(get_tensor_model_parallel_world_size(), local)
 
 def fp8_attention_forward(layer, positions, hidden_states, log_scaling=None, *, attn_metadata=None):
     "fp8 forward of an `Fp8InklingAttention` through this package's kernels (prep with quant-on-store, q quant, fold, attention)."
@@ -341,7 +351,7 @@ def fp8_attention_forward(layer, positions, hidden_states, log_scaling=None, *, 
         conv_md, md = attn_metadata[layer.conv_owner.prefix], attn_metadata[layer.prefix]
         d = layer.descales or layer.refresh_descales()
         k8, v8 = layer._split_kv_cache()
-        q, rel = store.qkvr_prep(qkvr, _prep_weights(layer), geom=_geometry(layer), positions=positions, seq_idx=conv_md.seq_idx,
+        q, rel = store.qkvr_prep(qkvr, _prep_weights(layer), geom=layer.geom, positions=positions, seq_idx=conv_md.seq_idx,
                                  query_start=conv_md.query_start, conv_cache=layer.conv_owner.kv_cache, conv_block_table=conv_md.block_table,
                                  conv_slot_mapping=conv_md.slot_mapping, k_cache=k8, v_cache=v8, slot_mapping=md.slot_mapping,
                                  tau=None if layer.is_local else log_scaling, eps=layer.q_norm.variance_epsilon,
@@ -353,7 +363,7 @@ def fp8_attention_forward(layer, positions, hidden_states, log_scaling=None, *, 
                                 window=layer.local_extent, v_scale=d["v_scale"], out=out[:nt])
     return layer.wo_ud(out.view(T, -1))[0]
 
-# %% ../nbs/14_vllm.ipynb #40145507
+# %% ../nbs/14_vllm.ipynb #2af91449
 def register() -> None:
     "vLLM plugin entry point: serve both Inkling architectures through the fp8-capable classes (not on ROCm)."
     from vllm import ModelRegistry

@@ -7,13 +7,13 @@ __all__ = ['CONV_STATE_DTYPE_BYTES', 'SEED_SETTINGS', 'KVSpec', 'layer_specs', '
            'bytes_per_block', 'GroupPlan', 'PoolPlan', 'plan_pool', 'min_available_bytes', 'sensitivity_table',
            'table_markdown', 'plot_fp8_gain', 'capacity_report']
 
-# %% ../nbs/11_capacity.ipynb #70995c19
+# %% ../nbs/11_capacity.ipynb #b1df2892
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from .config import InklingConfig, kv_dtype_bytes
 
-# %% ../nbs/11_capacity.ipynb #f6a406b6
+# %% ../nbs/11_capacity.ipynb #4cf61647
 CONV_STATE_DTYPE_BYTES = 2   # the conv state lives in the model dtype (bf16), whatever the KV-cache dtype
 
 def _cdiv(a: int, b: int) -> int: return -(-a // b)
@@ -46,7 +46,7 @@ class KVSpec:
         tokens = min(self.sliding_window - 1 + extra_retained_tokens + max_in_flight_tokens, max_model_len)
         return _cdiv(tokens, self.block_size) + 1
 
-# %% ../nbs/11_capacity.ipynb #54884e11
+# %% ../nbs/11_capacity.ipynb #24b839fb
 def layer_specs(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str = "bfloat16", block_size: int = 16) -> dict:
     "Per-rank KV-cache spec of every layer (`model.layers.<i>.conv_state` and `.attn`), in registration order."
     _check_pos_int(block_size=block_size)
@@ -65,7 +65,7 @@ def _check_pos_int(**kw):
     for k, v in kw.items():
         if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{k} must be a positive int, got {v!r}")
 
-# %% ../nbs/11_capacity.ipynb #74ea95ff
+# %% ../nbs/11_capacity.ipynb #e24c9b03
 def unify_page_size(specs: dict) -> dict:
     "Scale block sizes (or pad pages) so every layer's page equals the largest page, as vLLM does."
     max_page = max(s.page_size_bytes for s in specs.values())
@@ -77,7 +77,7 @@ def unify_page_size(specs: dict) -> dict:
         else: out[name] = replace(s, page_size_padded=max_page)
     return out
 
-# %% ../nbs/11_capacity.ipynb #7049db23
+# %% ../nbs/11_capacity.ipynb #9dc5836f
 @dataclass(frozen=True)
 class KVGroup:
     "Layers sharing one block table: a spec and the layer names in it."
@@ -101,7 +101,7 @@ def bytes_per_block(groups) -> int:
     "Bytes one block id costs in the shared pool (layer-major layouts): the largest group's pages."
     return max(sum(g.spec.page_size_bytes for _ in g.layer_names) for g in groups)
 
-# %% ../nbs/11_capacity.ipynb #34ca7a98
+# %% ../nbs/11_capacity.ipynb #1781ba7a
 @dataclass(frozen=True)
 class GroupPlan:
     "One KV-cache group of a planned pool and its per-request reserve."
@@ -157,7 +157,7 @@ class PoolPlan:
                 f"num_blocks={self.num_blocks:,}, blocks/request {self.blocks_per_request_total:,} ({bpr}), "
                 f"concurrency {self.max_concurrency:.2f}x, pool {self.pool_tokens:,} tokens)")
 
-# %% ../nbs/11_capacity.ipynb #5fe8eac6
+# %% ../nbs/11_capacity.ipynb #a5f7e083
 def _structure(cfg, *, tp, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_concurrent_batches, block_size, extra_retained_tokens):
     _check_pos_int(max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_concurrent_batches=max_concurrent_batches)
     if not isinstance(extra_retained_tokens, int) or extra_retained_tokens < 0:
@@ -200,7 +200,7 @@ def plan_pool(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max_model_len
     return PoolPlan(tp, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_concurrent_batches, block_size, groups,
                     group_size, bpb, min(budgets), min(b // bpb for b in budgets))
 
-# %% ../nbs/11_capacity.ipynb #023c3dc6
+# %% ../nbs/11_capacity.ipynb #a2b489f1
 def _max_model_len_that_fits(cfg, usable_bytes, *, max_model_len, **kw) -> int:
     "Largest model length <= max_model_len whose reserve fits `usable_bytes` (vLLM's binary search); 0 if none."
     def fits(n):
@@ -214,7 +214,7 @@ def _max_model_len_that_fits(cfg, usable_bytes, *, max_model_len, **kw) -> int:
         else: hi = mid - 1
     return best
 
-# %% ../nbs/11_capacity.ipynb #084b44fb
+# %% ../nbs/11_capacity.ipynb #ac51f1a1
 def min_available_bytes(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max_model_len: int, max_num_batched_tokens: int,
                         concurrency: float | None = None, pool_tokens: int | None = None, max_concurrent_batches: int = 2,
                         block_size: int = 16, extra_retained_tokens: int = 0) -> int:
@@ -236,7 +236,7 @@ def min_available_bytes(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max
     while not reached(nb): nb += 1
     return max(nb, reserve + 1) * bpb
 
-# %% ../nbs/11_capacity.ipynb #0e598e1c
+# %% ../nbs/11_capacity.ipynb #a997e4ba
 SEED_SETTINGS = ((8_192, 16_384), (131_072, 16_384), (131_072, 8_192), (131_072, 2_048), (524_288, 16_384),
                  (1_048_576, 16_384), (1_048_576, 8_192), (1_048_576, 2_048))   # the (max_model_len, max_num_batched_tokens) rows of the seed's table
 
@@ -262,7 +262,7 @@ def table_markdown(rows: list) -> str:
                    f"{100 * r['gain']:+.1f} % | {100 * r['conv_share_fp8']:.0f} % |")
     return "\n".join(out)
 
-# %% ../nbs/11_capacity.ipynb #91e95599
+# %% ../nbs/11_capacity.ipynb #02549450
 def plot_fp8_gain(rows: list, *, title: str | None = None):
     "Heatmap of the fp8 pool gain over the settings, and the gain against the conv-reserve share; returns the figure."
     import matplotlib.pyplot as plt
@@ -286,7 +286,7 @@ def plot_fp8_gain(rows: list, *, title: str | None = None):
     fig.tight_layout()
     return fig
 
-# %% ../nbs/11_capacity.ipynb #fa2754e6
+# %% ../nbs/11_capacity.ipynb #5c48c645
 def capacity_report(cfg: InklingConfig, *, tp: int, max_model_len: int, max_num_batched_tokens: int, available_bytes,
                     settings=None, concurrency: float | None = None, **plan_kw) -> str:
     "Text report: the bf16 and fp8 pools at one setting, the reserve by group, and a sensitivity table at the same budget."

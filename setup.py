@@ -52,5 +52,7 @@ setuptools.setup(
     entry_points={
         'console_scripts': cfg.get('console_scripts', '').split(),
         'nbdev': [f'{cfg.get("lib_path")}={cfg.get("lib_path")}._modidx:d'],
+        # vLLM loads this in every process it starts: serve Inkling through the fp8-capable classes (nbs/14_vllm.ipynb)
+        'vllm.general_plugins': ['inkling_fp8kv = inkling_fp8kv.vllm_compat:register'],
     },
     **setup_cfg)

@@ -6,20 +6,20 @@
 __all__ = ['SUPPORTED_KV_CACHE_DTYPES', 'FP8_E4M3_ALIASES', 'KNOWN_UNSUPPORTED_KV_CACHE_DTYPES', 'CAPABILITIES', 'KVCacheDtype',
            'resolve_kv_cache_dtype', 'capability_table']
 
-# %% ../nbs/02_gate.ipynb #e7777baf
+# %% ../nbs/02_gate.ipynb #82c3b305
 from dataclasses import dataclass
 import torch
 
-# %% ../nbs/02_gate.ipynb #31c9f380
+# %% ../nbs/02_gate.ipynb #1b1c78b2
 SUPPORTED_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
 FP8_E4M3_ALIASES = ("fp8", "fp8_e4m3")
-# quantized / other cache dtypes vLLM knows that this package does not implement
+# every other --kv-cache-dtype value vLLM 0.32 knows (vllm.config.cache.CacheDType); checked against vLLM in 14_vllm
 KNOWN_UNSUPPORTED_KV_CACHE_DTYPES = (
-    "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "fp8_e4m3fnuz", "fp8_e5m2fnuz", "fp8_fnuz",
-    "int8_per_token_head", "fp8_per_token_head", "int4_per_token_head", "nvfp4", "nvfp4_ds_mla",
-    "turboquant", "turboquant_3bit", "turboquant_4bit", "ultraquant_4bit", "float16", "half", "float32")
+    "float16", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc",
+    "turboquant_k3v4_nc", "turboquant_3bit_nc", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head",
+    "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
 
-# %% ../nbs/02_gate.ipynb #0f670c84
+# %% ../nbs/02_gate.ipynb #6889237e
 @dataclass(frozen=True)
 class KVCacheDtype:
     "A resolved kv-cache dtype: what to allocate, what the kernels read, and which backends may run it."
@@ -51,7 +51,7 @@ def _bf16_backends(cap, platform):
     if cap >= (8, 0): out += ["triton", "flex"]
     return tuple(out)
 
-# %% ../nbs/02_gate.ipynb #f33fede1
+# %% ../nbs/02_gate.ipynb #fd7e90ec
 def _norm_capability(capability, platform):
     if platform not in ("cuda", "rocm", "cpu"): raise ValueError(f"platform must be 'cuda', 'rocm' or 'cpu', got {platform!r}")
     if platform == "cpu": return None
@@ -81,17 +81,18 @@ def resolve_kv_cache_dtype(kv_cache_dtype: str, *, capability=None, platform: st
             raise NotImplementedError(f"kv_cache_dtype={req!r} needs an fp8 attention path: SM89+ (triton) or SM100 family (tml_fa4); "
                                       f"{where} has none. Use 'auto' or 'bfloat16'")
         return KVCacheDtype("fp8_e4m3", req, True, torch.uint8, torch.float8_e4m3fn, backends, "FP8_PER_TENSOR", platform, cap)
-    if s in ("auto", "bfloat16", "bf16") or (s in ("float16", "half") and platform == "rocm"):
-        name, dt = ("float16", torch.float16) if s in ("float16", "half") else ("bfloat16", torch.bfloat16)
+    if s in ("auto", "bfloat16") or (s == "float16" and platform == "rocm"):
+        name, dt = ("float16", torch.float16) if s == "float16" else ("bfloat16", torch.bfloat16)
         backends = _bf16_backends(cap, platform)
         if not backends: raise NotImplementedError(f"Inkling attention needs SM80+; {where} has no backend")
         return KVCacheDtype(name, req, False, dt, dt, backends, "NONE", platform, cap)
+    # names vLLM may add later in these families are refused the same way (never run with wrong numerics)
     if s in KNOWN_UNSUPPORTED_KV_CACHE_DTYPES or s.startswith(("fp8", "int8", "int4", "nvfp4", "turboquant", "ultraquant", "mxfp")):
         raise NotImplementedError(f"kv_cache_dtype={req!r} is not supported for Inkling: the store clamp and kernels are per-tensor e4m3 only. "
                                   f"Supported: {supported}")
     raise ValueError(f"unknown kv_cache_dtype {req!r}; supported: {supported}")
 
-# %% ../nbs/02_gate.ipynb #c2a570f2
+# %% ../nbs/02_gate.ipynb #f661f54a
 CAPABILITIES = {"SM75 (Turing)": (7, 5), "SM80 (A100)": (8, 0), "SM86 (A10)": (8, 6), "SM89 (L40S)": (8, 9), "SM90 (H100/H200)": (9, 0),
                 "SM100 (B200)": (10, 0), "SM103 (B300)": (10, 3), "SM120 (RTX 50)": (12, 0)}
 

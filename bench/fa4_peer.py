@@ -1,4 +1,6 @@
 """FA4 (flash-attn-4, CuTe DSL) bf16 with a score-mod relative bias: what vLLM's Inkling runs on Hopper."""
+# Usage on the GPU box (repo root, after carrying .fa4a/.fa4b from ../shared/tools/fa4-carry.sh):
+#   source bench/fa4-unpack.sh && python bench/fa4_peer.py full   (writes $OUT/fa4_peer.json)
 import json, math, os, sys, time, traceback
 import torch
 from triton.testing import do_bench

@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['quantize_query', 'fold_descales', 'apply_v_scale']
 
-# %% ../nbs/05_descale.ipynb #90c581a5
+# %% ../nbs/05_descale.ipynb #40ec0710
 import math
 import torch
 from .numerics import E4M3_DTYPE, E4M3_MAX
 
-# %% ../nbs/05_descale.ipynb #118c8591
+# %% ../nbs/05_descale.ipynb #8b425173
 def _scale_value(name: str, scale) -> float:
     "A per-tensor scale as a Python float; ValueError naming it unless it is one finite value > 0."
     if isinstance(scale, torch.Tensor):
@@ -30,7 +30,7 @@ def quantize_query(q: torch.Tensor, q_scale) -> torch.Tensor:
         s = torch.tensor(_scale_value('q_scale', q_scale), dtype=torch.float32, device=q.device)
     return (q.to(torch.float32) * s.reciprocal()).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3_DTYPE)
 
-# %% ../nbs/05_descale.ipynb #5e4620db
+# %% ../nbs/05_descale.ipynb #2002b626
 def fold_descales(softmax_scale, q_scale, k_scale) -> float:
     "`softmax_scale · q_scale · k_scale`: the softmax scale for fp8 q·k; each factor finite and > 0."
     return _scale_value('softmax_scale', softmax_scale) * _scale_value('q_scale', q_scale) * _scale_value('k_scale', k_scale)

@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['quantize_query', 'fold_descales', 'apply_v_scale']
 
-# %% ../nbs/05_descale.ipynb #40ec0710
+# %% ../nbs/05_descale.ipynb #d3eb9e0e
 import math
 import torch
 from .numerics import E4M3_DTYPE, E4M3_MAX
 
-# %% ../nbs/05_descale.ipynb #8b425173
+# %% ../nbs/05_descale.ipynb #aaec7e45
 def _scale_value(name: str, scale) -> float:
     "A per-tensor scale as a Python float; ValueError naming it unless it is one finite value > 0."
     if isinstance(scale, torch.Tensor):
@@ -30,7 +30,7 @@ def quantize_query(q: torch.Tensor, q_scale) -> torch.Tensor:
         s = torch.tensor(_scale_value('q_scale', q_scale), dtype=torch.float32, device=q.device)
     return (q.to(torch.float32) * s.reciprocal()).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3_DTYPE)
 
-# %% ../nbs/05_descale.ipynb #2002b626
+# %% ../nbs/05_descale.ipynb #4c60fae6
 def fold_descales(softmax_scale, q_scale, k_scale) -> float:
     "`softmax_scale · q_scale · k_scale`: the softmax scale for fp8 q·k; each factor finite and > 0."
     return _scale_value('softmax_scale', softmax_scale) * _scale_value('q_scale', q_scale) * _scale_value('k_scale', k_scale)

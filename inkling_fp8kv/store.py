@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['SMALL_TOKEN_THRESHOLD', 'REL_MODES', 'CONFIGS', 'write_path_bytes', 'qkvr_prep']
 
-# %% ../nbs/04_store.ipynb #14e6a466
+# %% ../nbs/04_store.ipynb #ccc434d1
 import torch
 import triton
 import triton.language as tl
@@ -13,7 +13,7 @@ from .numerics import E4M3_DTYPE, tl_quantize_e4m3, triton_target
 from .config import RankGeometry
 from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES, _check_slots, _check_scale
 
-# %% ../nbs/04_store.ipynb #54f41f94
+# %% ../nbs/04_store.ipynb #be093272
 SMALL_TOKEN_THRESHOLD = 128          # upstream: below this many tokens, one fused launch
 REL_MODES = ('loop', 'fma_dot', 'tc_dot')
 
@@ -32,7 +32,7 @@ CONFIGS = {
     ),
 }
 
-# %% ../nbs/04_store.ipynb #022819da
+# %% ../nbs/04_store.ipynb #87f5792a
 @triton.jit
 def _bf16(x, SOFT_BF16: tl.constexpr):
     "fp32 -> bf16 bits (int16), round to nearest even. The interpreter's own cast truncates: round the bits instead."
@@ -51,7 +51,7 @@ def _rms_norm_rows(x, w, eps, D: tl.constexpr, SOFT_BF16: tl.constexpr):
     inv = tl.math.div_rn(tl.full(ms.shape, 1.0, tl.float32), tl.sqrt_rn(ms + eps))
     return _bf16((x * inv[:, None]) * w[None, :], SOFT_BF16)
 
-# %% ../nbs/04_store.ipynb #8b88ebe8
+# %% ../nbs/04_store.ipynb #b603fa67
 @triton.jit
 def _q_rows(rows, n_rows, qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps,
             HQ: tl.constexpr, D: tl.constexpr, HAS_TAU: tl.constexpr, SOFT_BF16: tl.constexpr):
@@ -67,7 +67,7 @@ def _q_rows(rows, n_rows, qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps,
         y = _bf16((y.to(tl.int32) << 16).to(tl.float32, bitcast=True) * tau[:, None], SOFT_BF16)
     tl.store(q_ptr + rows.to(tl.int64)[:, None] * D + d[None, :], y, mask=rmask[:, None])
 
-# %% ../nbs/04_store.ipynb #054ccc33
+# %% ../nbs/04_store.ipynb #805df341
 @triton.jit
 def _rel_tile(rows, n_rows, cols, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr,
               HQ: tl.constexpr, R: tl.constexpr, E: tl.constexpr, OFF_R: tl.constexpr,
@@ -95,7 +95,7 @@ def _rel_tile(rows, n_rows, cols, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_p
         rel = _bf16((rel.to(tl.int32) << 16).to(tl.float32, bitcast=True) * tau[:, None], SOFT_BF16)
     tl.store(rel_ptr + rows.to(tl.int64)[:, None] * E + cols[None, :], rel, mask=rmask[:, None] & cmask[None, :])
 
-# %% ../nbs/04_store.ipynb #09707172
+# %% ../nbs/04_store.ipynb #70771d96
 @triton.jit
 def _kv_rows(rows, n_rows, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
              conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
@@ -159,7 +159,7 @@ def _kv_rows(rows, n_rows, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps,
         tl.store(k_dst[:, None] + d[None, :], k_norm, mask=store[:, None])
         tl.store(v_dst[:, None] + d[None, :], v_conv, mask=store[:, None])
 
-# %% ../nbs/04_store.ipynb #9180c3e1
+# %% ../nbs/04_store.ipynb #27c9f5d7
 @triton.jit
 def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, tau_ptr, kcw_ptr, vcw_ptr, knw_ptr, eps,
                        pos_ptr, seq_ptr, qstart_ptr, conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
@@ -209,7 +209,7 @@ def _rel_proj_kernel(qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr, n_rows,
     cols = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)
     _rel_tile(rows, n_rows, cols, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr, HQ, R, E, OFF_R, MODE, HAS_TAU, SOFT_BF16)
 
-# %% ../nbs/04_store.ipynb #3dfed539
+# %% ../nbs/04_store.ipynb #216dda3f
 def _scale_arg(name: str, scale, device, validate: bool) -> torch.Tensor:
     "A validated per-tensor scale as a 1-element fp32 tensor on `device` (the kernels load it)."
     if scale is None: raise ValueError(f"{name} is required for an fp8 (float8_e4m3fn) cache")
@@ -249,7 +249,7 @@ def write_path_bytes(geom: RankGeometry, num_tokens: int, kv_dtype=torch.bfloat1
     return T * (geom.qkvr_width * 2 + geom.num_kv_heads * 2 * geom.head_dim * (2 + esz)
                 + geom.num_heads * (geom.head_dim + geom.rel_extent) * 2)
 
-# %% ../nbs/04_store.ipynb #da292909
+# %% ../nbs/04_store.ipynb #25082967
 def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positions, seq_idx, query_start,
               conv_cache, conv_block_table, conv_slot_mapping, k_cache, v_cache, slot_mapping,
               tau=None, eps: float = 1e-6, k_scale=None, v_scale=None,

@@ -80,12 +80,16 @@ def flex(B, Sq, kv, Hq=16, Hkv=2, E=1024):
     bm = create_block_mask(lambda b, h, qi, ki: qi + off >= ki, None, None, Sq, kv, device=dev)
     return lambda: fa(q, k, v, score_mod=score_mod, block_mask=bm, scale=1 / 128, enable_gqa=True)
 
-def fa4(B, Sq, kv, Hq=16, Hkv=2, E=1024, bias=True):
+def fa4_inputs(B, Sq, kv, Hq=16, Hkv=2, E=1024):
+    "Dense bf16 q/k/v and the bias padded with a zero column at index E (d >= E reads it; d < 0 is masked causally)."
+    q = torch.randn(B, Sq, Hq, 128, device=dev, dtype=BF); k = torch.randn(B, kv, Hkv, 128, device=dev, dtype=BF); v = torch.randn_like(k)
+    relp = torch.cat([(0.5 * torch.randn(B, Sq, Hq, E, device=dev)).to(BF), torch.zeros(B, Sq, Hq, 1, device=dev, dtype=BF)], -1).contiguous()
+    return q, k, v, relp
+
+def fa4(B, Sq, kv, Hq=16, Hkv=2, E=1024, bias=True, inputs=None):
     import cutlass, cutlass.cute as cute
     from flash_attn.cute.interface import flash_attn_func
-    q = torch.randn(B, Sq, Hq, 128, device=dev, dtype=BF); k = torch.randn(B, kv, Hkv, 128, device=dev, dtype=BF); v = torch.randn_like(k)
-    # rel padded with a zero column at index E: d >= E (no bias) reads it; d < 0 is masked causally
-    relp = torch.cat([(0.5 * torch.randn(B, Sq, Hq, E, device=dev)).to(BF), torch.zeros(B, Sq, Hq, 1, device=dev, dtype=BF)], -1).contiguous()
+    q, k, v, relp = inputs or fa4_inputs(B, Sq, kv, Hq, Hkv, E)
     @cute.jit
     def rel_bias_mod(tSrS_ssa, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         rel = aux_tensors[0]

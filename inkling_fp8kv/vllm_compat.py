@@ -8,7 +8,7 @@ __all__ = ['INKLING_VLLM_MODULES', 'probe_imports', 'offline_vllm_config', 'serv
            'collect_kv_cache_specs', 'vllm_plan', 'plan_summary', 'gate_vs_vllm', 'gate_for_vllm',
            'use_attention_class', 'fp8_classes', 'finalize_fp8_scales', 'fp8_attention_forward', 'register']
 
-# %% ../nbs/14_vllm.ipynb #5beaf0ac
+# %% ../nbs/14_vllm.ipynb #9c266e54
 import functools, json, os, shutil, subprocess, sys, tempfile
 from contextlib import contextmanager
 from dataclasses import replace
@@ -20,7 +20,7 @@ from .reference import PrepWeights
 from .scales import check_scale_coverage, validate_scale
 from . import attention, descale, store
 
-# %% ../nbs/14_vllm.ipynb #2d930208
+# %% ../nbs/14_vllm.ipynb #66d74466
 INKLING_VLLM_MODULES = ("vllm.models.inkling", "vllm.models.inkling.configs", "vllm.models.inkling.nvidia.sconv_swa_attn",
                         "vllm.models.inkling.nvidia.attention", "vllm.models.inkling.nvidia.model", "vllm.models.inkling.nvidia.ops.qkvr_prep",
                         "vllm.models.inkling.nvidia.ops.fa4_rel_attention", "vllm.models.inkling.amd.attention", "vllm.models.inkling.amd.model")
@@ -52,7 +52,7 @@ def probe_imports(modules=INKLING_VLLM_MODULES, *, timeout: float = 600) -> dict
         todo = todo[todo.index(started) + 1:]
     return out
 
-# %% ../nbs/14_vllm.ipynb #a822171a
+# %% ../nbs/14_vllm.ipynb #11fc6f3c
 def offline_vllm_config(*, max_model_len: int = 131_072, max_num_batched_tokens: int = 16_384, block_size: int = 16,
                         cache_dtype: str = "auto", kv_cache_layout: str = "LBNHC"):
     "A `VllmConfig` built without network or weights (a tiny HF config in a temp folder), for vLLM's KV planning code."
@@ -89,7 +89,7 @@ def serving_settings(vllm_config, *, max_model_len: int, max_num_batched_tokens:
     finally:
         mc.max_model_len, sc.max_num_batched_tokens, sc.async_scheduling, cc.num_gpu_blocks_override, cc.block_size, cc.cache_dtype = saved
 
-# %% ../nbs/14_vllm.ipynb #df1ec231
+# %% ../nbs/14_vllm.ipynb #f5553083
 def init_cpu_vllm(vllm_config) -> None:
     "Set up vLLM's tensor-parallel state as a world of one rank (gloo), so vLLM layers can be built on a CPU."
     from vllm.config import set_current_vllm_config
@@ -101,7 +101,7 @@ def init_cpu_vllm(vllm_config) -> None:
                                      distributed_init_method="file://" + os.path.join(tempfile.mkdtemp(prefix="inkling_fp8kv_dist_"), "init"))
         initialize_model_parallel(1, 1)
 
-# %% ../nbs/14_vllm.ipynb #98a2e630
+# %% ../nbs/14_vllm.ipynb #a9cadf11
 def vllm_kv_cache_specs(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, block_size: int = 16) -> dict:
     "Per-rank KV-cache specs of every Inkling layer as vLLM spec objects, named and ordered as vLLM registers them."
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode, SlidingWindowSpec
@@ -140,7 +140,7 @@ def inkling_config_from_vllm(hf_config) -> InklingConfig:
                          log_scaling_alpha=c.log_scaling_alpha, log_scaling_n_floor=c.log_scaling_n_floor, rms_norm_eps=c.rms_norm_eps,
                          vocab_size=c.vocab_size, intermediate_size=c.intermediate_size)
 
-# %% ../nbs/14_vllm.ipynb #8805ab4e
+# %% ../nbs/14_vllm.ipynb #a303b5f0
 def build_vllm_layers(vllm_config, cfg: InklingConfig, layer_ids=None, *, attention_cls=None) -> dict:
     "Build vLLM's `InklingConvState` + attention layers for `cfg` as its decoder layer does (`cfg` becomes the model config): name -> module."
     from vllm.config import set_current_vllm_config
@@ -174,7 +174,7 @@ def collect_kv_cache_specs(vllm_config) -> dict:
         out[name] = customize_attention_spec(layer.get_attn_backend(), spec) if isinstance(spec, AttentionSpec) else spec
     return out
 
-# %% ../nbs/14_vllm.ipynb #5bbd5de2
+# %% ../nbs/14_vllm.ipynb #394a8534
 def _kind(names, spec) -> str:
     if all(n.endswith(".conv_state") for n in names): return "conv"
     return "full" if type(spec).__name__ == "FullAttentionSpec" else "sliding"
@@ -202,7 +202,7 @@ def plan_summary(plan: PoolPlan) -> dict:
     return dict(num_blocks=plan.num_blocks, bytes_per_block=plan.bytes_per_block, max_concurrency=plan.max_concurrency, pool_tokens=plan.pool_tokens,
                 groups=tuple((g.kind, g.block_size, g.layer_names, g.blocks_per_request) for g in plan.groups))
 
-# %% ../nbs/14_vllm.ipynb #dad7dcdf
+# %% ../nbs/14_vllm.ipynb #6179ab70
 def gate_vs_vllm(*, capability=(9, 0), platform: str = "cuda") -> list:
     "For every `--kv-cache-dtype` string vLLM accepts: vLLM's quant mode and storage dtype beside the gate's verdict."
     import typing
@@ -220,7 +220,7 @@ def gate_vs_vllm(*, capability=(9, 0), platform: str = "cuda") -> list:
         rows.append(row)
     return rows
 
-# %% ../nbs/14_vllm.ipynb #9065a135
+# %% ../nbs/14_vllm.ipynb #c2dffbe8
 def gate_for_vllm(kv_cache_dtype: str, *, platform: str | None = None, capability=None) -> KVCacheDtype:
     "The gate for a layer built inside vLLM: `platform`/`capability` default to vLLM's `current_platform`."
     if platform is None:
@@ -252,7 +252,7 @@ def use_attention_class(cls):
     try: yield cls
     finally: inkling_model.InklingAttention = old
 
-# %% ../nbs/14_vllm.ipynb #ca4e69ca
+# %% ../nbs/14_vllm.ipynb #ab04f77a
 @functools.cache
 def fp8_classes() -> dict:
     "Build (once) the vLLM subclasses: `Fp8InklingAttention`, `InklingFp8ForCausalLM`, `InklingFp8ForConditionalGeneration`."
@@ -309,7 +309,7 @@ def __getattr__(name):
     if name in ("Fp8InklingAttention", "InklingFp8ForCausalLM", "InklingFp8ForConditionalGeneration"): return fp8_classes()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-# %% ../nbs/14_vllm.ipynb #f69daa11
+# %% ../nbs/14_vllm.ipynb #47409254
 def finalize_fp8_scales(model, loaded: set):
     "After (re)loading weights: validate and cache every fp8 layer's scales; the coverage report (+ warning) of `loaded`, or None without fp8 layers."
     layers = {n: m for n, m in model.named_modules() if hasattr(m, "refresh_descales")}
@@ -317,7 +317,7 @@ def finalize_fp8_scales(model, loaded: set):
     quantized = [n for n, m in layers.items() if m.kv.quantized]
     return check_scale_coverage(loaded, quantized) if quantized else None
 
-# %% ../nbs/14_vllm.ipynb #416a5d2a
+# %% ../nbs/14_vllm.ipynb #96f21e82
 def _prep_weights(layer) -> PrepWeights:
     "The prep's weights as views of the layer's parameters."
     return PrepWeights(k_conv_w=layer.k_sconv.weight.squeeze(1), v_conv_w=layer.v_sconv.weight.squeeze(1), q_norm_w=layer.q_norm.weight,
@@ -363,7 +363,7 @@ def fp8_attention_forward(layer, positions, hidden_states, log_scaling=None) -> 
         _eager_fp8_attention()(layer, descale.quantize_query(q, layer.q_scale), rel, out)
     return layer.wo_ud(out.view(T, -1))[0]
 
-# %% ../nbs/14_vllm.ipynb #eb60f95d
+# %% ../nbs/14_vllm.ipynb #9961f274
 def register() -> None:
     "vLLM plugin entry point: serve both Inkling architectures through the fp8-capable classes (not on ROCm)."
     from vllm import ModelRegistry

@@ -8,16 +8,19 @@ __all__ = ['INKLING_VLLM_MODULES', 'probe_imports', 'offline_vllm_config', 'serv
            'collect_kv_cache_specs', 'vllm_plan', 'plan_summary', 'gate_vs_vllm', 'gate_for_vllm',
            'use_attention_class', 'fp8_classes', 'finalize_fp8_scales', 'fp8_attention_forward', 'register']
 
-# %% ../nbs/14_vllm.ipynb #8c215774
-import functools, json, math, os, shutil, subprocess, sys, tempfile
+# %% ../nbs/14_vllm.ipynb #9c266e54
+import functools, json, os, shutil, subprocess, sys, tempfile
 from contextlib import contextmanager
 from dataclasses import replace
 import torch
 from .config import InklingConfig
 from .gate import resolve_kv_cache_dtype, KVCacheDtype
 from .capacity import PoolPlan
+from .reference import PrepWeights
+from .scales import check_scale_coverage, validate_scale
+from . import attention, descale, store
 
-# %% ../nbs/14_vllm.ipynb #8cd8102e
+# %% ../nbs/14_vllm.ipynb #66d74466
 INKLING_VLLM_MODULES = ("vllm.models.inkling", "vllm.models.inkling.configs", "vllm.models.inkling.nvidia.sconv_swa_attn",
                         "vllm.models.inkling.nvidia.attention", "vllm.models.inkling.nvidia.model", "vllm.models.inkling.nvidia.ops.qkvr_prep",
                         "vllm.models.inkling.nvidia.ops.fa4_rel_attention", "vllm.models.inkling.amd.attention", "vllm.models.inkling.amd.model")
@@ -49,7 +52,7 @@ def probe_imports(modules=INKLING_VLLM_MODULES, *, timeout: float = 600) -> dict
         todo = todo[todo.index(started) + 1:]
     return out
 
-# %% ../nbs/14_vllm.ipynb #32f43dd3
+# %% ../nbs/14_vllm.ipynb #11fc6f3c
 def offline_vllm_config(*, max_model_len: int = 131_072, max_num_batched_tokens: int = 16_384, block_size: int = 16,
                         cache_dtype: str = "auto", kv_cache_layout: str = "LBNHC"):
     "A `VllmConfig` built without network or weights (a tiny HF config in a temp folder), for vLLM's KV planning code."
@@ -86,7 +89,7 @@ def serving_settings(vllm_config, *, max_model_len: int, max_num_batched_tokens:
     finally:
         mc.max_model_len, sc.max_num_batched_tokens, sc.async_scheduling, cc.num_gpu_blocks_override, cc.block_size, cc.cache_dtype = saved
 
-# %% ../nbs/14_vllm.ipynb #b9f15b58
+# %% ../nbs/14_vllm.ipynb #f5553083
 def init_cpu_vllm(vllm_config) -> None:
     "Set up vLLM's tensor-parallel state as a world of one rank (gloo), so vLLM layers can be built on a CPU."
     from vllm.config import set_current_vllm_config
@@ -98,7 +101,7 @@ def init_cpu_vllm(vllm_config) -> None:
                                      distributed_init_method="file://" + os.path.join(tempfile.mkdtemp(prefix="inkling_fp8kv_dist_"), "init"))
         initialize_model_parallel(1, 1)
 
-# %% ../nbs/14_vllm.ipynb #e32940b4
+# %% ../nbs/14_vllm.ipynb #a9cadf11
 def vllm_kv_cache_specs(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, block_size: int = 16) -> dict:
     "Per-rank KV-cache specs of every Inkling layer as vLLM spec objects, named and ordered as vLLM registers them."
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode, SlidingWindowSpec
@@ -137,7 +140,7 @@ def inkling_config_from_vllm(hf_config) -> InklingConfig:
                          log_scaling_alpha=c.log_scaling_alpha, log_scaling_n_floor=c.log_scaling_n_floor, rms_norm_eps=c.rms_norm_eps,
                          vocab_size=c.vocab_size, intermediate_size=c.intermediate_size)
 
-# %% ../nbs/14_vllm.ipynb #857e0809
+# %% ../nbs/14_vllm.ipynb #a303b5f0
 def build_vllm_layers(vllm_config, cfg: InklingConfig, layer_ids=None, *, attention_cls=None) -> dict:
     "Build vLLM's `InklingConvState` + attention layers for `cfg` as its decoder layer does (`cfg` becomes the model config): name -> module."
     from vllm.config import set_current_vllm_config
@@ -171,7 +174,7 @@ def collect_kv_cache_specs(vllm_config) -> dict:
         out[name] = customize_attention_spec(layer.get_attn_backend(), spec) if isinstance(spec, AttentionSpec) else spec
     return out
 
-# %% ../nbs/14_vllm.ipynb #47d55e23
+# %% ../nbs/14_vllm.ipynb #394a8534
 def _kind(names, spec) -> str:
     if all(n.endswith(".conv_state") for n in names): return "conv"
     return "full" if type(spec).__name__ == "FullAttentionSpec" else "sliding"
@@ -199,7 +202,7 @@ def plan_summary(plan: PoolPlan) -> dict:
     return dict(num_blocks=plan.num_blocks, bytes_per_block=plan.bytes_per_block, max_concurrency=plan.max_concurrency, pool_tokens=plan.pool_tokens,
                 groups=tuple((g.kind, g.block_size, g.layer_names, g.blocks_per_request) for g in plan.groups))
 
-# %% ../nbs/14_vllm.ipynb #25a3be3a
+# %% ../nbs/14_vllm.ipynb #6179ab70
 def gate_vs_vllm(*, capability=(9, 0), platform: str = "cuda") -> list:
     "For every `--kv-cache-dtype` string vLLM accepts: vLLM's quant mode and storage dtype beside the gate's verdict."
     import typing
@@ -217,7 +220,7 @@ def gate_vs_vllm(*, capability=(9, 0), platform: str = "cuda") -> list:
         rows.append(row)
     return rows
 
-# %% ../nbs/14_vllm.ipynb #957f7260
+# %% ../nbs/14_vllm.ipynb #c2dffbe8
 def gate_for_vllm(kv_cache_dtype: str, *, platform: str | None = None, capability=None) -> KVCacheDtype:
     "The gate for a layer built inside vLLM: `platform`/`capability` default to vLLM's `current_platform`."
     if platform is None:
@@ -249,7 +252,7 @@ def use_attention_class(cls):
     try: yield cls
     finally: inkling_model.InklingAttention = old
 
-# %% ../nbs/14_vllm.ipynb #041d6248
+# %% ../nbs/14_vllm.ipynb #ab04f77a
 @functools.cache
 def fp8_classes() -> dict:
     "Build (once) the vLLM subclasses: `Fp8InklingAttention`, `InklingFp8ForCausalLM`, `InklingFp8ForConditionalGeneration`."
@@ -279,16 +282,9 @@ def fp8_classes() -> dict:
             return k, v
 
         def refresh_descales(self) -> dict:
-            "Validate the q/k/v scales (finite, > 0) and cache them as host floats, so the forward never syncs on them."
-            d = {}
-            for n in ("q_scale", "k_scale", "v_scale"):
-                t = getattr(self, n)
-                if t.numel() != 1: raise ValueError(f"{self.prefix}.{n} has shape {tuple(t.shape)}: scales are per-tensor (one value)")
-                x = float(t)
-                if not (math.isfinite(x) and x > 0): raise ValueError(f"{self.prefix}.{n}={x}: a scale must be finite and > 0")
-                d[n] = x
-            self.descales = d
-            return d
+            "Validate the q/k/v scales (`scales.validate_scale`) and cache them as host floats, so the forward never syncs on them."
+            self.descales = {n: validate_scale(f"{self.prefix}.{n}", getattr(self, n)) for n in ("q_scale", "k_scale", "v_scale")}
+            return self.descales
 
         def forward(self, positions, hidden_states, log_scaling=None):
             if not self.kv.quantized: return super().forward(positions, hidden_states, log_scaling)
@@ -313,59 +309,61 @@ def __getattr__(name):
     if name in ("Fp8InklingAttention", "InklingFp8ForCausalLM", "InklingFp8ForConditionalGeneration"): return fp8_classes()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-# %% ../nbs/14_vllm.ipynb #88043bc2
-def finalize_fp8_scales(model, loaded: set) -> dict:
-    "After (re)loading weights: validate and cache every fp8 layer's scales; warn when V scales cover fewer layers than run fp8."
+# %% ../nbs/14_vllm.ipynb #47409254
+def finalize_fp8_scales(model, loaded: set):
+    "After (re)loading weights: validate and cache every fp8 layer's scales; the coverage report (+ warning) of `loaded`, or None without fp8 layers."
     layers = {n: m for n, m in model.named_modules() if hasattr(m, "refresh_descales")}
     for m in layers.values(): m.refresh_descales()
     quantized = [n for n, m in layers.items() if m.kv.quantized]
-    if quantized: _check_scale_coverage(loaded, quantized)
-    return {n: m.descales for n, m in layers.items()}
+    return check_scale_coverage(loaded, quantized) if quantized else None
 
-def _check_scale_coverage(loaded: set, quantized_layers: list):
-    "The coverage warning from the loader's return value (`scales.check_scale_coverage`)."
-    from inkling_fp8kv.scales import check_scale_coverage   # TODO(lead): exists once notebook 09 is merged; untested here
-    return check_scale_coverage(loaded, quantized_layers)
-
-# %% ../nbs/14_vllm.ipynb #427d7c7e
-def _prep_weights(layer) -> dict:
-    # TODO(lead): match reference.reference_prep's `w` argument once notebook 03 is merged
-    return dict(k_sconv=layer.k_sconv.weight.squeeze(1), v_sconv=layer.v_sconv.weight.squeeze(1), q_norm=layer.q_norm.weight,
-                k_norm=layer.k_norm.weight, rel_proj=layer.rel_logits_proj.proj)
+# %% ../nbs/14_vllm.ipynb #96f21e82
+def _prep_weights(layer) -> PrepWeights:
+    "The prep's weights as views of the layer's parameters."
+    return PrepWeights(k_conv_w=layer.k_sconv.weight.squeeze(1), v_conv_w=layer.v_sconv.weight.squeeze(1), q_norm_w=layer.q_norm.weight,
+                       k_norm_w=layer.k_norm.weight, rel_proj=layer.rel_logits_proj.proj)
 
 def _rank_geometry(vllm_config, local: bool):
     from vllm.distributed import get_tensor_model_parallel_world_size
     cfg = inkling_config_from_vllm(vllm_config.model_config.hf_text_config)
     return cfg.rank(get_tensor_model_parallel_world_size(), local)
 
-def fp8_attention_forward(layer, positions, hidden_states, log_scaling=None, *, attn_metadata=None):
+def _fp8_attention(layer, q8: torch.Tensor, rel_logits: torch.Tensor, out: torch.Tensor) -> None:
+    "Relative attention on the layer's e4m3 cache views into `out` (metadata from vLLM's forward context)."
+    from vllm.forward_context import get_forward_context
+    md, d = get_forward_context().attn_metadata[layer.prefix], layer.descales
+    k8, v8 = layer._split_kv_cache()
+    nt = md.num_actual_tokens
+    attention.rel_attention(q8[:nt], k8, v8, rel_logits[:nt], block_table=md.block_table, seq_lens=md.seq_lens,
+                            cu_seqlens_q=md.query_start_loc, max_seqlen_q=md.max_query_len, max_seqlen_k=md.max_seq_len,
+                            softmax_scale=descale.fold_descales(layer.scaling, d["q_scale"], d["k_scale"]),
+                            window=layer.local_extent, v_scale=d["v_scale"], out=out[:nt])
+
+@functools.cache
+def _eager_fp8_attention():
+    from vllm.compilation.breakable_cudagraph import eager_break_during_capture
+    return eager_break_during_capture(_fp8_attention)
+
+def fp8_attention_forward(layer, positions, hidden_states, log_scaling=None) -> torch.Tensor:
     "fp8 forward of an `Fp8InklingAttention` through this package's kernels (prep with quant-on-store, q quant, fold, attention)."
-    from inkling_fp8kv import attention, descale, store    # TODO(lead): modules of notebooks 04, 05, 07; untested here until merged
-    if attn_metadata is None:
-        from vllm.forward_context import get_forward_context
-        attn_metadata = get_forward_context().attn_metadata
+    from vllm.forward_context import get_forward_context
+    attn_metadata = get_forward_context().attn_metadata
     T = hidden_states.shape[0]
     qkvr, _ = layer.qkvr(hidden_states)
     out = torch.zeros((T, layer.num_heads, layer.head_dim), dtype=qkvr.dtype, device=qkvr.device)
     if isinstance(attn_metadata, dict):
         conv_md, md = attn_metadata[layer.conv_owner.prefix], attn_metadata[layer.prefix]
-        d = layer.descales or layer.refresh_descales()
+        if layer.descales is None: layer.refresh_descales()     # weights that did not come through load_weights
         k8, v8 = layer._split_kv_cache()
-        # TODO(lead): vLLM binds the conv cache head-major, [blocks, kv_heads, block, conv_width] with the runtime block
-        # (after page unification) in dim 2; check it is the layout reference_prep takes.
         q, rel = store.qkvr_prep(qkvr, _prep_weights(layer), geom=layer.geom, positions=positions, seq_idx=conv_md.seq_idx,
                                  query_start=conv_md.query_start, conv_cache=layer.conv_owner.kv_cache, conv_block_table=conv_md.block_table,
                                  conv_slot_mapping=conv_md.slot_mapping, k_cache=k8, v_cache=v8, slot_mapping=md.slot_mapping,
                                  tau=None if layer.is_local else log_scaling, eps=layer.q_norm.variance_epsilon,
-                                 k_scale=layer.k_scale, v_scale=layer.v_scale)
-        nt = md.num_actual_tokens
-        q8 = descale.quantize_query(q.view(T, layer.num_heads, layer.head_dim)[:nt], layer.q_scale)
-        attention.rel_attention(q8, k8, v8, rel[:nt], block_table=md.block_table, seq_lens=md.seq_lens, cu_seqlens_q=md.query_start_loc,
-                                max_seqlen_q=md.max_query_len, softmax_scale=descale.fold_descales(layer.scaling, d["q_scale"], d["k_scale"]),
-                                window=layer.local_extent, v_scale=d["v_scale"], out=out[:nt])
+                                 k_scale=layer.k_scale, v_scale=layer.v_scale, validate=False)
+        _eager_fp8_attention()(layer, descale.quantize_query(q, layer.q_scale), rel, out)
     return layer.wo_ud(out.view(T, -1))[0]
 
-# %% ../nbs/14_vllm.ipynb #2f937de3
+# %% ../nbs/14_vllm.ipynb #9961f274
 def register() -> None:
     "vLLM plugin entry point: serve both Inkling architectures through the fp8-capable classes (not on ROCm)."
     from vllm import ModelRegistry

@@ -119,7 +119,6 @@ def pick(kind, dtype, candidates, B, kv, Hq, qlen, graph):
 
 def main():
     ap = argparse.ArgumentParser(); ap.add_argument("--out", default="."); ap.add_argument("--fa4", action="store_true")
-    ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
     x = torch.empty(2 * 1024 ** 3, dtype=torch.uint8, device=dev); y = torch.empty_like(x)
     bw = 2 * x.numel() / (timed(lambda: y.copy_(x)) * 1e-6) / 1e12

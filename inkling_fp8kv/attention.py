@@ -6,7 +6,7 @@
 __all__ = ['ATTN_CONFIGS', 'MAX_SPLITS', 'TML_FA4_MODULES', 'BACKENDS', 'decode_num_splits', 'tml_fa4_arguments',
            'select_backend', 'rel_attention']
 
-# %% ../nbs/07_attention.ipynb #91499d3f
+# %% ../nbs/07_attention.ipynb #a220cf06
 import math
 import torch
 import triton
@@ -14,7 +14,7 @@ import triton.language as tl
 from .numerics import E4M3_DTYPE, tl_quantize_e4m3, triton_target
 from .rescale import MAX_OFFSET, SAFE_RESCALE_THRESHOLD, check_rescale_threshold, LOG2E
 
-# %% ../nbs/07_attention.ipynb #03d0714b
+# %% ../nbs/07_attention.ipynb #94b2ba87
 @triton.jit
 def _p_to_mma(p, IS_FP8: tl.constexpr, EXACT_CAST: tl.constexpr):
     # P >= 0 and finite; fp8: e4m3 with saturation at 448 (the silent clip the rescale bound rules out)
@@ -216,7 +216,7 @@ def _decode_merge_kernel(OPART, LSE, OUT, CU, out_scale, num_splits,
     t = tl.load(CU + b).to(tl.int64)
     tl.store(OUT + t * stride_ot + h * stride_oth + d, out.to(OUT.dtype.element_ty))
 
-# %% ../nbs/07_attention.ipynb #2fbcffc2
+# %% ../nbs/07_attention.ipynb #d6b24f30
 ATTN_CONFIGS = {
     # GPU defaults: the winners of the H200 sweep recorded in bench/results/attention.json ("configs")
     "prefill_fp8": dict(block_m=128, block_n=64, num_warps=4, num_stages=3, lazy_skip=False),
@@ -238,7 +238,7 @@ def decode_num_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, windo
     visible = min(max_seqlen_k, window) if window else max_seqlen_k
     return max(1, min(triton.cdiv(waves * num_sms, batch * num_kv_heads), triton.cdiv(visible, block_n), MAX_SPLITS))
 
-# %% ../nbs/07_attention.ipynb #bbff4917
+# %% ../nbs/07_attention.ipynb #0eebf6dd
 def _check(cond, msg):
     if not cond: raise ValueError(msg)
 
@@ -277,7 +277,7 @@ def _host_scale(name, x) -> float:
     _check(math.isfinite(v) and v > 0, f"{name} must be finite and > 0, got {v}")
     return v
 
-# %% ../nbs/07_attention.ipynb #15ec495e
+# %% ../nbs/07_attention.ipynb #c50ba88f
 def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                           window, v_scale, threshold, num_splits, max_seqlen_k, out, config=None):
     fp8 = q.dtype == E4M3_DTYPE
@@ -322,7 +322,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
     return out
 
-# %% ../nbs/07_attention.ipynb #b155a6ad
+# %% ../nbs/07_attention.ipynb #00ceaf39
 def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale, window, v_scale, out, **_):
     from torch.nn.attention.flex_attention import flex_attention, create_block_mask
     _, page, Hkv, _ = k_cache.shape
@@ -349,7 +349,7 @@ def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_len
         out[t0:t1] = (o[0].transpose(0, 1) * v_scale).to(out.dtype)
     return out
 
-# %% ../nbs/07_attention.ipynb #8db7f540
+# %% ../nbs/07_attention.ipynb #b0a5f6bd
 TML_FA4_MODULES = ("vllm.third_party.tml_fa4.flash_attn.cute.interface", "vllm.third_party.tml_fa4.interface",
                    "tml_fa4.flash_attn.cute.interface", "flash_attn.cute.interface")
 
@@ -384,7 +384,7 @@ def _tml_fa4_rel_attention(q, k_cache, v_cache, rel_logits, *, v_scale, out, mod
     if v_scale != 1.0: out.mul_(v_scale)   # the kernel has no descale arguments: V's descale is linear in the output
     return out
 
-# %% ../nbs/07_attention.ipynb #c74d0bcc
+# %% ../nbs/07_attention.ipynb #f9eca5d0
 BACKENDS = ("auto", "triton", "flex", "tml_fa4")
 
 def select_backend(backend: str, *, fp8: bool, device: torch.device) -> str:
@@ -401,7 +401,7 @@ def select_backend(backend: str, *, fp8: bool, device: torch.device) -> str:
     if backend not in allowed: raise NotImplementedError(f"backend {backend!r} does not serve {'fp8' if fp8 else 'bf16'} here; allowed: {allowed}")
     return backend
 
-# %% ../nbs/07_attention.ipynb #c5f0bb36
+# %% ../nbs/07_attention.ipynb #f5c8ba33
 def rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                   window=None, v_scale=1., rescale_threshold=None, num_splits=None, backend="auto", out=None,
                   unsafe_threshold=False, max_seqlen_k=None, config=None, tml_fa4_module=None) -> torch.Tensor:

@@ -125,15 +125,16 @@ def main():
     log(kind="copy_bandwidth", tbps=bw); del x, y
     # --- a small sweep around the committed defaults, then the grid with the winners
     dec = ATTN_CONFIGS["decode_fp8"]
-    cands = [dict(dec, **o) for o in (dict(), dict(lazy_skip=True), dict(split_waves=8), dict(split_waves=32), dict(num_stages=2),
-                                      dict(block_n=128, num_warps=4), dict(block_n=32))]
+    cands = [dict(dec, **o) for o in (dict(), dict(lazy_skip=False), dict(split_waves=8), dict(split_waves=32), dict(num_stages=6),
+                                      dict(block_n=64, num_warps=2, num_stages=3), dict(block_n=16, num_stages=6))] + [dict(ATTN_CONFIGS["decode_bf16"])]
     cfg = {}
     for dt in (F8, BF):
         cfg[("decode", dt)] = pick("decode", dt, cands, 32, 65536, 16, 1, graph=False)
         cfg[("decode1", dt)] = pick("decode1", dt, [dict(c, split_waves=w) for c in cands[:1] + cands[5:] for w in (2, 4)], 1, 65536, 16, 1, graph=True)
     pre = ATTN_CONFIGS["prefill_fp8"]
     for dt in (F8, BF):
-        cfg[("prefill", dt)] = pick("prefill", dt, [dict(pre), dict(pre, lazy_skip=True), dict(pre, num_stages=4), dict(pre, block_n=128, num_warps=8)],
+        cfg[("prefill", dt)] = pick("prefill", dt, [dict(pre), dict(pre, lazy_skip=True), dict(pre, num_stages=4), dict(pre, block_n=128, num_warps=8)]
+                                    + [dict(ATTN_CONFIGS["prefill_bf16"])],
                                     1, 65536, 16, 8192, graph=False)
     RES["configs"] = {f"{k[0]}_{str(k[1])[6:]}": v for k, v in cfg.items()}
     json.dump(RES, open(os.path.join(a.out, "attention.json"), "w"), indent=1)

@@ -6,7 +6,7 @@
 __all__ = ['ATTN_CONFIGS', 'MAX_SPLITS', 'TML_FA4_MODULES', 'BACKENDS', 'decode_num_splits', 'tml_fa4_arguments',
            'select_backend', 'rel_attention']
 
-# %% ../nbs/07_attention.ipynb #a220cf06
+# %% ../nbs/07_attention.ipynb #aa86092e
 import math
 import torch
 import triton
@@ -14,7 +14,7 @@ import triton.language as tl
 from .numerics import E4M3_DTYPE, tl_quantize_e4m3, triton_target
 from .rescale import MAX_OFFSET, SAFE_RESCALE_THRESHOLD, check_rescale_threshold, LOG2E
 
-# %% ../nbs/07_attention.ipynb #94b2ba87
+# %% ../nbs/07_attention.ipynb #a46f36ce
 @triton.jit
 def _p_to_mma(p, IS_FP8: tl.constexpr, EXACT_CAST: tl.constexpr):
     # P >= 0 and finite; fp8: e4m3 with saturation at 448 (the silent clip the rescale bound rules out)
@@ -216,15 +216,16 @@ def _decode_merge_kernel(OPART, LSE, OUT, CU, out_scale, num_splits,
     t = tl.load(CU + b).to(tl.int64)
     tl.store(OUT + t * stride_ot + h * stride_oth + d, out.to(OUT.dtype.element_ty))
 
-# %% ../nbs/07_attention.ipynb #d6b24f30
+# %% ../nbs/07_attention.ipynb #785ab923
 ATTN_CONFIGS = {
     # GPU defaults: the winners of the H200 sweep recorded in bench/results/attention.json ("configs")
-    "prefill_fp8": dict(block_m=128, block_n=64, num_warps=4, num_stages=3, lazy_skip=False),
-    "prefill_bf16": dict(block_m=128, block_n=128, num_warps=8, num_stages=3, lazy_skip=False),
-    "decode_fp8": dict(block_n=64, num_warps=2, num_stages=3, split_waves=16, lazy_skip=True),
+    # prefill: block_q query tokens per program, i.e. block_q x G rows (G = Hq / Hkv query heads share a KV head)
+    "prefill_fp8": dict(block_q=16, block_n=64, num_warps=4, num_stages=3, lazy_skip=False),
+    "prefill_bf16": dict(block_q=16, block_n=128, num_warps=8, num_stages=3, lazy_skip=False),
+    "decode_fp8": dict(block_n=32, num_warps=1, num_stages=5, split_waves=16, lazy_skip=True),
     "decode_bf16": dict(block_n=64, num_warps=2, num_stages=3, split_waves=16, lazy_skip=False),
     # the interpreter: small tiles keep CI fast
-    "prefill_interp": dict(block_m=32, block_n=32, num_warps=4, num_stages=1, lazy_skip=False),
+    "prefill_interp": dict(block_q=8, block_n=32, num_warps=4, num_stages=1, lazy_skip=False),
     "decode_interp": dict(block_n=32, num_warps=4, num_stages=1, split_waves=1, lazy_skip=True),
 }
 MAX_SPLITS = 256
@@ -238,7 +239,7 @@ def decode_num_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, windo
     visible = min(max_seqlen_k, window) if window else max_seqlen_k
     return max(1, min(triton.cdiv(waves * num_sms, batch * num_kv_heads), triton.cdiv(visible, block_n), MAX_SPLITS))
 
-# %% ../nbs/07_attention.ipynb #0eebf6dd
+# %% ../nbs/07_attention.ipynb #b88fc21a
 def _check(cond, msg):
     if not cond: raise ValueError(msg)
 
@@ -277,7 +278,7 @@ def _host_scale(name, x) -> float:
     _check(math.isfinite(v) and v > 0, f"{name} must be finite and > 0, got {v}")
     return v
 
-# %% ../nbs/07_attention.ipynb #c50ba88f
+# %% ../nbs/07_attention.ipynb #1f490673
 def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                           window, v_scale, threshold, num_splits, max_seqlen_k, out, config=None):
     fp8 = q.dtype == E4M3_DTYPE
@@ -312,7 +313,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
         return out
     _check(num_splits in (None, 1), f"num_splits={num_splits}: split-KV is for decode batches (max_seqlen_q == 1) only")
     cfg = {**ATTN_CONFIGS["prefill_interp" if interp else ("prefill_fp8" if fp8 else "prefill_bf16")], **(config or {})}
-    bq = max(1, cfg["block_m"] // G)
+    bq = max(cfg["block_q"], triton.cdiv(16, G))                      # at least 16 rows: the MMA's minimum
     _prefill_kernel[(triton.cdiv(max_seqlen_q, bq), B, Hkv)](
         q, k_cache, v_cache, rel_logits, out, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, v_scale, E, W,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -322,7 +323,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
     return out
 
-# %% ../nbs/07_attention.ipynb #00ceaf39
+# %% ../nbs/07_attention.ipynb #a4fba6fa
 def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale, window, v_scale, out, **_):
     from torch.nn.attention.flex_attention import flex_attention, create_block_mask
     _, page, Hkv, _ = k_cache.shape
@@ -349,7 +350,7 @@ def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_len
         out[t0:t1] = (o[0].transpose(0, 1) * v_scale).to(out.dtype)
     return out
 
-# %% ../nbs/07_attention.ipynb #b0a5f6bd
+# %% ../nbs/07_attention.ipynb #3553582e
 TML_FA4_MODULES = ("vllm.third_party.tml_fa4.flash_attn.cute.interface", "vllm.third_party.tml_fa4.interface",
                    "tml_fa4.flash_attn.cute.interface", "flash_attn.cute.interface")
 
@@ -384,7 +385,7 @@ def _tml_fa4_rel_attention(q, k_cache, v_cache, rel_logits, *, v_scale, out, mod
     if v_scale != 1.0: out.mul_(v_scale)   # the kernel has no descale arguments: V's descale is linear in the output
     return out
 
-# %% ../nbs/07_attention.ipynb #f9eca5d0
+# %% ../nbs/07_attention.ipynb #9f26ae43
 BACKENDS = ("auto", "triton", "flex", "tml_fa4")
 
 def select_backend(backend: str, *, fp8: bool, device: torch.device) -> str:
@@ -401,7 +402,7 @@ def select_backend(backend: str, *, fp8: bool, device: torch.device) -> str:
     if backend not in allowed: raise NotImplementedError(f"backend {backend!r} does not serve {'fp8' if fp8 else 'bf16'} here; allowed: {allowed}")
     return backend
 
-# %% ../nbs/07_attention.ipynb #f5c8ba33
+# %% ../nbs/07_attention.ipynb #28c44d72
 def rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                   window=None, v_scale=1., rescale_threshold=None, num_splits=None, backend="auto", out=None,
                   unsafe_threshold=False, max_seqlen_k=None, config=None, tml_fa4_module=None) -> torch.Tensor:

@@ -7,13 +7,13 @@ __all__ = ['E4M3_MAX', 'E4M3_MIN_NORMAL', 'E4M3_MIN_SUBNORMAL', 'E4M3_MANTISSA_B
            'E4M3_DTYPE', 'e4m3_value', 'e4m3_grid', 'quantize_e4m3', 'dequantize_e4m3', 'tl_quantize_e4m3',
            'triton_target', 'kernel_device', 'quantize_e4m3_triton', 'band_stats']
 
-# %% ../nbs/00_numerics.ipynb #b7ae34e4
+# %% ../nbs/00_numerics.ipynb #9f9e4319
 import math, os
 import torch
 import triton
 import triton.language as tl
 
-# %% ../nbs/00_numerics.ipynb #07fdb27c
+# %% ../nbs/00_numerics.ipynb #d6099175
 E4M3_MAX = 448.0              # largest finite e4m3fn value: 1.75 * 2**8
 E4M3_MIN_NORMAL = 2.0 ** -6   # smallest normal
 E4M3_MIN_SUBNORMAL = 2.0 ** -9  # smallest positive value (subnormal quantum)
@@ -22,7 +22,7 @@ E4M3_EXP_BIAS = 7
 E4M3_NAN_CODE = 0x7F          # canonical NaN byte stored by this package
 E4M3_DTYPE = torch.float8_e4m3fn
 
-# %% ../nbs/00_numerics.ipynb #c461cb40
+# %% ../nbs/00_numerics.ipynb #36fd5bab
 def e4m3_value(code: int) -> float:
     "Decode one e4m3fn byte from its bit fields (NaN for 0x7F/0xFF)."
     s, e, m = code >> 7, (code >> 3) & 0xF, code & 0x7
@@ -34,7 +34,7 @@ def e4m3_grid() -> torch.Tensor:
     "All finite non-negative e4m3fn values, ascending, as float64 (index = code)."
     return torch.tensor([e4m3_value(c) for c in range(0x7F)], dtype=torch.float64)
 
-# %% ../nbs/00_numerics.ipynb #433a67bc
+# %% ../nbs/00_numerics.ipynb #7608f90f
 def _as_scale(scale) -> torch.Tensor:
     s = torch.as_tensor(scale, dtype=torch.float32)
     if s.numel() != 1: raise ValueError(f"scale must be a per-tensor scalar, got shape {tuple(s.shape)}")
@@ -55,7 +55,7 @@ def dequantize_e4m3(x8: torch.Tensor, scale=1.0) -> torch.Tensor:
     "float32(x8) · scale."
     return x8.float() * _as_scale(scale).to(x8.device)
 
-# %% ../nbs/00_numerics.ipynb #57914aec
+# %% ../nbs/00_numerics.ipynb #b835e0d4
 def _grid_quantize(y: torch.Tensor) -> torch.Tensor:
     "Independent RNE onto the e4m3 grid by nearest-value search (float64); returns uint8 codes. Test oracle."
     g = e4m3_grid()
@@ -69,12 +69,14 @@ def _grid_quantize(y: torch.Tensor) -> torch.Tensor:
     code = torch.where(torch.isnan(y), torch.full_like(code, E4M3_NAN_CODE), code)
     return code.to(torch.uint8)
 
-# %% ../nbs/00_numerics.ipynb #93ea3ac3
+# %% ../nbs/00_numerics.ipynb #ef284b92
 @triton.jit
-def tl_quantize_e4m3(y):
-    "Triton device function: fp32 -> e4m3 byte (uint8), clamp ±448, RNE, NaN -> 0x7F. Bit-identical to `quantize_e4m3`."
+def tl_quantize_e4m3(y, NATIVE: tl.constexpr = False):
+    "Triton device function: fp32 -> e4m3 byte (uint8), clamp ±448, RNE, NaN -> 0x7F. Bit-identical to `quantize_e4m3` (`NATIVE`: on a GPU only)."
     isnan = y != y
     y = tl.minimum(tl.maximum(y, -448.0), 448.0)
+    if NATIVE:                                # the hardware cast rounds to nearest even by itself
+        return tl.where(isnan, 0x7F, y.to(tl.float8e4nv).to(tl.uint8, bitcast=True)).to(tl.uint8)
     bits = y.to(tl.uint32, bitcast=True)
     sign = bits & 0x80000000
     a = (bits & 0x7FFFFFFF).to(tl.float32, bitcast=True)
@@ -85,7 +87,7 @@ def tl_quantize_e4m3(y):
     q = r.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     return tl.where(isnan, 0x7F, q).to(tl.uint8)
 
-# %% ../nbs/00_numerics.ipynb #4fc74f77
+# %% ../nbs/00_numerics.ipynb #33b93277
 def triton_target() -> str | None:
     "'cuda', 'interpreter', or None when Triton kernels cannot run here."
     if os.environ.get("TRITON_INTERPRET") == "1": return "interpreter"
@@ -96,27 +98,28 @@ def kernel_device() -> torch.device:
     "Device for kernel inputs: the GPU if present, else the CPU (interpreter)."
     return torch.device("cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu")
 
-# %% ../nbs/00_numerics.ipynb #b48a3223
+# %% ../nbs/00_numerics.ipynb #ad808f17
 @triton.jit
-def _quantize_kernel(x_ptr, out_ptr, scale_ptr, n, BLOCK: tl.constexpr):
+def _quantize_kernel(x_ptr, out_ptr, scale_ptr, n, BLOCK: tl.constexpr, NATIVE: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr)
-    tl.store(out_ptr + offs, tl_quantize_e4m3(x / s), mask=mask)
+    tl.store(out_ptr + offs, tl_quantize_e4m3(x / s, NATIVE), mask=mask)
 
-# %% ../nbs/00_numerics.ipynb #3aff26d5
-def quantize_e4m3_triton(x: torch.Tensor, scale=1.0) -> torch.Tensor:
-    "`quantize_e4m3` computed by a Triton kernel through `tl_quantize_e4m3` (GPU or interpreter)."
+# %% ../nbs/00_numerics.ipynb #705f3e1a
+def quantize_e4m3_triton(x: torch.Tensor, scale=1.0, native: bool = False) -> torch.Tensor:
+    "`quantize_e4m3` computed by a Triton kernel through `tl_quantize_e4m3` (GPU or interpreter; `native=True` on a GPU only)."
     if triton_target() is None: raise RuntimeError("no Triton target: need a CUDA GPU or TRITON_INTERPRET=1 set before import")
+    if native and triton_target() != "cuda": raise ValueError("native=True relies on the GPU's cast; the interpreter's cast does not round to nearest even")
     xc = x.contiguous().reshape(-1)
     out = torch.empty(xc.shape, dtype=torch.uint8, device=x.device)
     s = _as_scale(scale).to(x.device).reshape(1)
     BLOCK = 1024
-    _quantize_kernel[(triton.cdiv(xc.numel(), BLOCK),)](xc, out, s, xc.numel(), BLOCK=BLOCK)
+    _quantize_kernel[(triton.cdiv(xc.numel(), BLOCK),)](xc, out, s, xc.numel(), BLOCK=BLOCK, NATIVE=native)
     return out.view(E4M3_DTYPE).reshape(x.shape)
 
-# %% ../nbs/00_numerics.ipynb #6fb32015
+# %% ../nbs/00_numerics.ipynb #c850d339
 def band_stats(x: torch.Tensor, scale=1.0) -> dict:
     "Clip fraction, flush-to-zero fraction and round-trip error of storing `x` as e4m3 at `scale`."
     x = x.float().reshape(-1)

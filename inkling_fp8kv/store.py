@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['SMALL_TOKEN_THRESHOLD', 'REL_MODES', 'CONFIGS', 'write_path_bytes', 'qkvr_prep']
 
-# %% ../nbs/04_store.ipynb #ccc434d1
+# %% ../nbs/04_store.ipynb #ab3f5d5e
 import torch
 import triton
 import triton.language as tl
@@ -13,26 +13,26 @@ from .numerics import E4M3_DTYPE, tl_quantize_e4m3, triton_target
 from .config import RankGeometry
 from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES, _check_slots, _check_scale
 
-# %% ../nbs/04_store.ipynb #be093272
+# %% ../nbs/04_store.ipynb #4ef3cc3c
 SMALL_TOKEN_THRESHOLD = 128          # upstream: below this many tokens, one fused launch
 REL_MODES = ('loop', 'fma_dot', 'tc_dot')
 
 CONFIGS = {
     'cuda': dict(
         fused=dict(BLOCK_E=256, num_warps=4),                                  # one (token, head) row per program
-        kv=dict(bf16=dict(BLOCK_R=4, num_warps=4), fp8=dict(BLOCK_R=8, num_warps=4)),   # (token, kv-head) rows
+        kv=dict(bf16=dict(BLOCK_T=4, num_warps=2), fp8=dict(BLOCK_T=4, num_warps=2)),   # tokens of one kv head
         q=dict(BLOCK_R=8, num_warps=4),                                        # (token, q-head) rows
-        rel=dict(BLOCK_M=64, BLOCK_E=128, num_warps=4, mode='fma_dot'),        # [rows, E] tiles
+        rel=dict(BLOCK_M=32, BLOCK_E=128, E_BLOCKS=8, num_warps=4, mode='tc_dot'),   # [rows, E_BLOCKS x BLOCK_E]
     ),
     'interpreter': dict(
         fused=dict(BLOCK_E=256, num_warps=4),
-        kv=dict(bf16=dict(BLOCK_R=128, num_warps=4), fp8=dict(BLOCK_R=128, num_warps=4)),
+        kv=dict(bf16=dict(BLOCK_T=64, num_warps=4), fp8=dict(BLOCK_T=64, num_warps=4)),
         q=dict(BLOCK_R=256, num_warps=4),
-        rel=dict(BLOCK_M=256, BLOCK_E=128, num_warps=4, mode='loop'),
+        rel=dict(BLOCK_M=256, BLOCK_E=128, E_BLOCKS=1, num_warps=4, mode='loop'),
     ),
 }
 
-# %% ../nbs/04_store.ipynb #87f5792a
+# %% ../nbs/04_store.ipynb #1b600ce8
 @triton.jit
 def _bf16(x, SOFT_BF16: tl.constexpr):
     "fp32 -> bf16 bits (int16), round to nearest even. The interpreter's own cast truncates: round the bits instead."
@@ -51,7 +51,7 @@ def _rms_norm_rows(x, w, eps, D: tl.constexpr, SOFT_BF16: tl.constexpr):
     inv = tl.math.div_rn(tl.full(ms.shape, 1.0, tl.float32), tl.sqrt_rn(ms + eps))
     return _bf16((x * inv[:, None]) * w[None, :], SOFT_BF16)
 
-# %% ../nbs/04_store.ipynb #b603fa67
+# %% ../nbs/04_store.ipynb #32403abb
 @triton.jit
 def _q_rows(rows, n_rows, qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps,
             HQ: tl.constexpr, D: tl.constexpr, HAS_TAU: tl.constexpr, SOFT_BF16: tl.constexpr):
@@ -67,46 +67,87 @@ def _q_rows(rows, n_rows, qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps,
         y = _bf16((y.to(tl.int32) << 16).to(tl.float32, bitcast=True) * tau[:, None], SOFT_BF16)
     tl.store(q_ptr + rows.to(tl.int64)[:, None] * D + d[None, :], y, mask=rmask[:, None])
 
-# %% ../nbs/04_store.ipynb #805df341
+# %% ../nbs/04_store.ipynb #c3724b06
 @triton.jit
-def _rel_tile(rows, n_rows, cols, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr,
-              HQ: tl.constexpr, R: tl.constexpr, E: tl.constexpr, OFF_R: tl.constexpr,
-              MODE: tl.constexpr, HAS_TAU: tl.constexpr, SOFT_BF16: tl.constexpr):
-    rmask, cmask = rows < n_rows, cols < E
+def _rel_tile(rows, n_rows, col0, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr,
+              HQ: tl.constexpr, R: tl.constexpr, E: tl.constexpr, OFF_R: tl.constexpr, BLOCK_E: tl.constexpr,
+              E_BLOCKS: tl.constexpr, MODE: tl.constexpr, HAS_TAU: tl.constexpr, SOFT_BF16: tl.constexpr):
+    rmask = rows < n_rows
     t = (rows // HQ).to(tl.int64)
     r_row = qkvr_ptr + t * stride_tok + OFF_R + (rows % HQ) * R       # this row's 16-vector r
-    if MODE == 0:                                                       # acc = 0; acc += r[d]·proj[d], d = 0..15
-        acc = tl.zeros([rows.shape[0], cols.shape[0]], dtype=tl.float32)
-        for k in tl.static_range(R):
-            rk = (tl.load(r_row + k, mask=rmask, other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-            pk = (tl.load(proj_ptr + k * E + cols, mask=cmask, other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-            acc += rk[:, None] * pk[None, :]
-    else:
-        kk = tl.arange(0, R)
+    kk = tl.arange(0, R)
+    if MODE != 0:
         a = (tl.load(r_row[:, None] + kk[None, :], mask=rmask[:, None], other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        b = (tl.load(proj_ptr + kk[:, None] * E + cols[None, :], mask=cmask[None, :], other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        if MODE == 1:
-            acc = tl.dot(a, b, input_precision="ieee")                  # GPU: a sequential FMA chain over k
-        else:
-            acc = tl.dot(a, b, input_precision="tf32")                  # tensor cores; bf16 values are exact in TF32
-    rel = _bf16(acc, SOFT_BF16)
     if HAS_TAU:
         tau = tl.load(tau_ptr + t, mask=rmask, other=1.0)
-        rel = _bf16((rel.to(tl.int32) << 16).to(tl.float32, bitcast=True) * tau[:, None], SOFT_BF16)
-    tl.store(rel_ptr + rows.to(tl.int64)[:, None] * E + cols[None, :], rel, mask=rmask[:, None] & cmask[None, :])
+    for j in tl.static_range(E_BLOCKS):
+        cols = col0 + j * BLOCK_E + tl.arange(0, BLOCK_E)
+        cmask = cols < E
+        if MODE == 0:                                                   # acc = 0; acc += r[d]·proj[d], d = 0..15
+            acc = tl.zeros([rows.shape[0], BLOCK_E], dtype=tl.float32)
+            for k in tl.static_range(R):
+                rk = (tl.load(r_row + k, mask=rmask, other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+                pk = (tl.load(proj_ptr + k * E + cols, mask=cmask, other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+                acc += rk[:, None] * pk[None, :]
+        else:
+            b = (tl.load(proj_ptr + kk[:, None] * E + cols[None, :], mask=cmask[None, :], other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+            if MODE == 1:
+                acc = tl.dot(a, b, input_precision="ieee")              # GPU: a sequential FMA chain over k
+            elif SOFT_BF16:
+                acc = tl.dot(a, b)                                      # the interpreter does not emulate bf16 dots
+            else:
+                acc = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))      # exact casts; one k=16 MMA, fp32 accumulate
+        rel = _bf16(acc, SOFT_BF16)
+        if HAS_TAU:
+            rel = _bf16((rel.to(tl.int32) << 16).to(tl.float32, bitcast=True) * tau[:, None], SOFT_BF16)
+        tl.store(rel_ptr + rows.to(tl.int64)[:, None] * E + cols[None, :], rel, mask=rmask[:, None] & cmask[None, :])
 
-# %% ../nbs/04_store.ipynb #70771d96
+# %% ../nbs/04_store.ipynb #22bfb6cc
 @triton.jit
-def _kv_rows(rows, n_rows, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
+def _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr,
+               conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols,
+               D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr, CONV_N: tl.constexpr,
+               CACHED: tl.constexpr):
+    "fp32 `acc = Σ_i w_i·x[p − 3 + i]` for K and V; `CACHED=False` when no tap of the block lies in the conv cache."
+    kacc = tl.zeros_like(kx)
+    vacc = tl.zeros_like(vx)
+    for i in tl.static_range(W):                                        # tap i reads x[p - 3 + i]
+        if i == W - 1:
+            ktap, vtap = kx, vx
+        else:
+            src, row = pos - (W - 1) + i, t - (W - 1) + i
+            inflight = live & (src >= 0) & (row >= qstart)              # this forward's row `row`
+            frow = tl.where(inflight, row, 0) * stride_tok
+            kf = tl.load(qkvr_ptr + (frow + OFF_K)[:, None] + ch, mask=inflight[:, None], other=0)
+            vf = tl.load(qkvr_ptr + (frow + OFF_V)[:, None] + ch, mask=inflight[:, None], other=0)
+            if CACHED:
+                cached = live & (src >= 0) & (row < qstart)             # an earlier forward's input, in the conv cache
+                s = tl.where(cached, src, 0)
+                blk = tl.load(cbt_ptr + req * cbt_stride + s // CONV_N, mask=cached & (s // CONV_N < cbt_cols), other=0).to(tl.int64)
+                cell = conv_ptr + blk * cv_b + h * cv_h + (s % CONV_N) * cv_n
+                kc = tl.load(cell[:, None] + d[None, :], mask=cached[:, None], other=0)
+                vc = tl.load(cell[:, None] + D + d[None, :], mask=cached[:, None], other=0)
+                kf = tl.where(inflight[:, None], kf, kc)
+                vf = tl.where(inflight[:, None], vf, vc)
+            ktap = (kf.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+            vtap = (vf.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+        kacc += (tl.load(kcw_ptr + ch * W + i).to(tl.int32) << 16).to(tl.float32, bitcast=True) * ktap   # [1, D] weights
+        vacc += (tl.load(vcw_ptr + ch * W + i).to(tl.int32) << 16).to(tl.float32, bitcast=True) * vtap
+    return kacc, vacc
+
+@triton.jit
+def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
              conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
              k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
-             HKV: tl.constexpr, D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr,
+             D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr,
              CONV_N: tl.constexpr, KV_B: tl.constexpr, FP8: tl.constexpr, SOFT_BF16: tl.constexpr):
-    rmask = rows < n_rows
-    t = (rows // HKV).to(tl.int64)
-    h = rows % HKV
+    if FP8:                                                             # first, off the critical path
+        k_scale = tl.load(k_scale_ptr)
+        v_scale = tl.load(v_scale_ptr)
+    rmask = tok < n_tok
+    t = tok.to(tl.int64)
     d = tl.arange(0, D)
-    ch = (h * D)[:, None] + d[None, :]                                  # conv channel of each lane
+    ch = (h * D + d)[None, :]                                           # conv channel of each lane
     k_raw = tl.load(qkvr_ptr + (t * stride_tok + OFF_K)[:, None] + ch, mask=rmask[:, None], other=0)
     v_raw = tl.load(qkvr_ptr + (t * stride_tok + OFF_V)[:, None] + ch, mask=rmask[:, None], other=0)
     kx = (k_raw.to(tl.int32) << 16).to(tl.float32, bitcast=True)
@@ -116,27 +157,14 @@ def _kv_rows(rows, n_rows, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps,
     pos = tl.load(pos_ptr + t, mask=rmask, other=0).to(tl.int64)
     qstart = tl.load(qstart_ptr + t, mask=rmask, other=0).to(tl.int64)
     req = tl.load(seq_ptr + t, mask=rmask, other=0).to(tl.int64)
-    kacc = tl.zeros_like(kx)
-    vacc = tl.zeros_like(vx)
-    for i in tl.static_range(W):                                        # tap i reads x[p - 3 + i]
-        if i == W - 1:
-            ktap, vtap = kx, vx
-        else:
-            src, row = pos - (W - 1) + i, t - (W - 1) + i
-            inflight = live & (src >= 0) & (row >= qstart)              # this forward's row `row`
-            cached = live & (src >= 0) & (row < qstart)                 # an earlier forward's input, in the conv cache
-            frow = tl.where(inflight, row, 0) * stride_tok
-            kf = tl.load(qkvr_ptr + (frow + OFF_K)[:, None] + ch, mask=inflight[:, None], other=0)
-            vf = tl.load(qkvr_ptr + (frow + OFF_V)[:, None] + ch, mask=inflight[:, None], other=0)
-            s = tl.where(cached, src, 0)
-            blk = tl.load(cbt_ptr + req * cbt_stride + s // CONV_N, mask=cached & (s // CONV_N < cbt_cols), other=0).to(tl.int64)
-            cell = conv_ptr + blk * cv_b + h * cv_h + (s % CONV_N) * cv_n
-            kc = tl.load(cell[:, None] + d[None, :], mask=cached[:, None], other=0)
-            vc = tl.load(cell[:, None] + D + d[None, :], mask=cached[:, None], other=0)
-            ktap = (tl.where(inflight[:, None], kf, kc).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-            vtap = (tl.where(inflight[:, None], vf, vc).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        kacc += (tl.load(kcw_ptr + ch * W + i).to(tl.int32) << 16).to(tl.float32, bitcast=True) * ktap
-        vacc += (tl.load(vcw_ptr + ch * W + i).to(tl.int32) << 16).to(tl.float32, bitcast=True) * vtap
+    # a prefill's taps mostly come from this launch's own rows: skip the conv-cache gathers when none needs them
+    any_cached = tl.max((live & (pos > 0) & (t - (W - 1) < qstart)).to(tl.int32), axis=0)
+    if any_cached > 0:
+        kacc, vacc = _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr,
+                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, D, OFF_K, OFF_V, W, CONV_N, True)
+    else:
+        kacc, vacc = _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr,
+                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, D, OFF_K, OFF_V, W, CONV_N, False)
     k_conv = _bf16(tl.where(live[:, None], kacc + kx, kx), SOFT_BF16)
     v_conv = _bf16(tl.where(live[:, None], vacc + vx, vx), SOFT_BF16)
     cs = tl.where(live, cslot, 0)                                       # insert the pre-conv inputs, bits unchanged
@@ -153,13 +181,18 @@ def _kv_rows(rows, n_rows, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps,
     if FP8:                                                             # e4m3(clamp(x / scale, ±448)), RNE, NaN -> 0x7F
         kf32 = (k_norm.to(tl.int32) << 16).to(tl.float32, bitcast=True)
         vf32 = (v_conv.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        tl.store(k_dst[:, None] + d[None, :], tl_quantize_e4m3(tl.math.div_rn(kf32, tl.load(k_scale_ptr))), mask=store[:, None])
-        tl.store(v_dst[:, None] + d[None, :], tl_quantize_e4m3(tl.math.div_rn(vf32, tl.load(v_scale_ptr))), mask=store[:, None])
+        ky, vy = tl.math.div_rn(kf32, k_scale), tl.math.div_rn(vf32, v_scale)
+        if SOFT_BF16:
+            k8, v8 = tl_quantize_e4m3(ky), tl_quantize_e4m3(vy)
+        else:                                                           # the GPU's cast rounds by itself (00_numerics)
+            k8, v8 = tl_quantize_e4m3(ky, True), tl_quantize_e4m3(vy, True)
+        tl.store(k_dst[:, None] + d[None, :], k8, mask=store[:, None])
+        tl.store(v_dst[:, None] + d[None, :], v8, mask=store[:, None])
     else:
         tl.store(k_dst[:, None] + d[None, :], k_norm, mask=store[:, None])
         tl.store(v_dst[:, None] + d[None, :], v_conv, mask=store[:, None])
 
-# %% ../nbs/04_store.ipynb #27c9f5d7
+# %% ../nbs/04_store.ipynb #7f043a74
 @triton.jit
 def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, tau_ptr, kcw_ptr, vcw_ptr, knw_ptr, eps,
                        pos_ptr, seq_ptr, qstart_ptr, conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
@@ -173,27 +206,26 @@ def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
     if pid < n_q:                                                       # one (token, q-head) row: q and its logits
         rows = tl.full([1], pid, tl.int32)
         _q_rows(rows, n_q, qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps, HQ, D, HAS_TAU, SOFT_BF16)
-        for e0 in tl.static_range(0, E, BLOCK_E):
-            _rel_tile(rows, n_q, e0 + tl.arange(0, BLOCK_E), qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr,
-                      HQ, R, E, OFF_R, 0, HAS_TAU, SOFT_BF16)
+        _rel_tile(rows, n_q, 0, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr,
+                  HQ, R, E, OFF_R, BLOCK_E, (E + BLOCK_E - 1) // BLOCK_E, 0, HAS_TAU, SOFT_BF16)
     else:                                                               # one (token, kv-head) row: conv, k-norm, store
-        rows = tl.full([1], pid - n_q, tl.int32)
-        _kv_rows(rows, T * HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
+        tok = tl.full([1], (pid - n_q) // HKV, tl.int32)
+        _kv_rows(tok, T, (pid - n_q) % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
                  conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
                  k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
-                 HKV, D, OFF_K, OFF_V, W, CONV_N, KV_B, FP8, SOFT_BF16)
+                 D, OFF_K, OFF_V, W, CONV_N, KV_B, FP8, SOFT_BF16)
 
 @triton.jit
 def _kv_store_kernel(qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
                      conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-                     k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_rows,
-                     HKV: tl.constexpr, D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr,
-                     CONV_N: tl.constexpr, KV_B: tl.constexpr, BLOCK_R: tl.constexpr, FP8: tl.constexpr, SOFT_BF16: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    _kv_rows(rows, n_rows, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
+                     k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, T,
+                     D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr,
+                     CONV_N: tl.constexpr, KV_B: tl.constexpr, BLOCK_T: tl.constexpr, FP8: tl.constexpr, SOFT_BF16: tl.constexpr):
+    tok = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    _kv_rows(tok, T, tl.program_id(1), qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
              conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
              k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
-             HKV, D, OFF_K, OFF_V, W, CONV_N, KV_B, FP8, SOFT_BF16)
+             D, OFF_K, OFF_V, W, CONV_N, KV_B, FP8, SOFT_BF16)
 
 @triton.jit
 def _q_norm_kernel(qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps, n_rows,
@@ -204,12 +236,12 @@ def _q_norm_kernel(qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps, n_rows,
 @triton.jit
 def _rel_proj_kernel(qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr, n_rows,
                      HQ: tl.constexpr, R: tl.constexpr, E: tl.constexpr, OFF_R: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_E: tl.constexpr, MODE: tl.constexpr, HAS_TAU: tl.constexpr, SOFT_BF16: tl.constexpr):
+                     BLOCK_E: tl.constexpr, E_BLOCKS: tl.constexpr, MODE: tl.constexpr, HAS_TAU: tl.constexpr, SOFT_BF16: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)
-    _rel_tile(rows, n_rows, cols, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr, HQ, R, E, OFF_R, MODE, HAS_TAU, SOFT_BF16)
+    _rel_tile(rows, n_rows, tl.program_id(1) * (E_BLOCKS * BLOCK_E), qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr,
+              HQ, R, E, OFF_R, BLOCK_E, E_BLOCKS, MODE, HAS_TAU, SOFT_BF16)
 
-# %% ../nbs/04_store.ipynb #216dda3f
+# %% ../nbs/04_store.ipynb #7f5228c7
 def _scale_arg(name: str, scale, device, validate: bool) -> torch.Tensor:
     "A validated per-tensor scale as a 1-element fp32 tensor on `device` (the kernels load it)."
     if scale is None: raise ValueError(f"{name} is required for an fp8 (float8_e4m3fn) cache")
@@ -249,7 +281,7 @@ def write_path_bytes(geom: RankGeometry, num_tokens: int, kv_dtype=torch.bfloat1
     return T * (geom.qkvr_width * 2 + geom.num_kv_heads * 2 * geom.head_dim * (2 + esz)
                 + geom.num_heads * (geom.head_dim + geom.rel_extent) * 2)
 
-# %% ../nbs/04_store.ipynb #25082967
+# %% ../nbs/04_store.ipynb #3c5f7f12
 def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positions, seq_idx, query_start,
               conv_cache, conv_block_table, conv_slot_mapping, k_cache, v_cache, slot_mapping,
               tau=None, eps: float = 1e-6, k_scale=None, v_scale=None,
@@ -323,8 +355,8 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
             HAS_TAU=tau is not None, num_warps=c['num_warps'], **consts)
         return q, rel
     c = cfg['kv']['fp8' if fp8 else 'bf16']
-    _kv_store_kernel[(triton.cdiv(T * Hkv, c['BLOCK_R']),)](
-        bits(qkvr), qkvr.stride(0), kcw, vcw, knw, eps, *meta, T * Hkv, HKV=Hkv, BLOCK_R=c['BLOCK_R'],
+    _kv_store_kernel[(triton.cdiv(T, c['BLOCK_T']), Hkv)](
+        bits(qkvr), qkvr.stride(0), kcw, vcw, knw, eps, *meta, T, BLOCK_T=c['BLOCK_T'],
         num_warps=c['num_warps'], **consts)
     c = cfg['q']
     _q_norm_kernel[(triton.cdiv(T * Hq, c['BLOCK_R']),)](
@@ -332,8 +364,9 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
         HAS_TAU=tau is not None, SOFT_BF16=soft, num_warps=c['num_warps'])
     c = cfg['rel']
     be = min(c['BLOCK_E'], triton.next_power_of_2(E))
-    _rel_proj_kernel[(triton.cdiv(T * Hq, c['BLOCK_M']), triton.cdiv(E, be))](
+    nbe = min(c['E_BLOCKS'], triton.cdiv(E, be))
+    _rel_proj_kernel[(triton.cdiv(T * Hq, c['BLOCK_M']), triton.cdiv(E, be * nbe))](
         bits(qkvr), qkvr.stride(0), bits(rel), proj, tau_arg, T * Hq, HQ=Hq, R=R, E=E, OFF_R=o['r'],
-        BLOCK_M=c['BLOCK_M'], BLOCK_E=be, MODE=REL_MODES.index(c['mode']), HAS_TAU=tau is not None,
+        BLOCK_M=c['BLOCK_M'], BLOCK_E=be, E_BLOCKS=nbe, MODE=REL_MODES.index(c['mode']), HAS_TAU=tau is not None,
         SOFT_BF16=soft, num_warps=c['num_warps'])
     return q, rel

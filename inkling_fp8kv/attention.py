@@ -220,10 +220,13 @@ def _decode_merge_kernel(OPART, LSE, OUT, CU, out_scale, num_splits,
 ATTN_CONFIGS = {
     # GPU defaults: the winners of the H200 sweep recorded in bench/results/attention.json ("configs")
     # prefill: block_q query tokens per program, i.e. block_q x G rows (G = Hq / Hkv query heads share a KV head)
-    "prefill_fp8": dict(block_q=16, block_n=64, num_warps=4, num_stages=3, lazy_skip=False),
+    "prefill_fp8": dict(block_q=16, block_n=64, num_warps=4, num_stages=4, lazy_skip=False),
     "prefill_bf16": dict(block_q=16, block_n=128, num_warps=8, num_stages=3, lazy_skip=False),
     "decode_fp8": dict(block_n=32, num_warps=1, num_stages=5, split_waves=16, lazy_skip=True),
-    "decode_bf16": dict(block_n=64, num_warps=2, num_stages=3, split_waves=16, lazy_skip=False),
+    "decode_bf16": dict(block_n=32, num_warps=1, num_stages=5, split_waves=16, lazy_skip=True),
+    # a single decode request (batch 1): all its splits of one KV head in flight, wider key tiles win
+    "decode1_fp8": dict(block_n=64, num_warps=2, num_stages=3, split_waves=4, lazy_skip=False),
+    "decode1_bf16": dict(block_n=64, num_warps=2, num_stages=3, split_waves=4, lazy_skip=False),
     # the interpreter: small tiles keep CI fast
     "prefill_interp": dict(block_q=8, block_n=32, num_warps=4, num_stages=1, lazy_skip=False),
     "decode_interp": dict(block_n=32, num_warps=4, num_stages=1, split_waves=1, lazy_skip=True),
@@ -292,7 +295,8 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
     sm_log2 = softmax_scale * LOG2E
     W = window or 0
     if max_seqlen_q == 1:
-        cfg = {**ATTN_CONFIGS["decode_interp" if interp else ("decode_fp8" if fp8 else "decode_bf16")], **(config or {})}
+        key = "decode_interp" if interp else ("decode1_" if B == 1 else "decode_") + ("fp8" if fp8 else "bf16")
+        cfg = {**ATTN_CONFIGS[key], **(config or {})}
         bn = cfg["block_n"]
         if num_splits is None:
             mk = max_seqlen_k if max_seqlen_k is not None else int(seq_lens.max().item())   # one host sync without max_seqlen_k

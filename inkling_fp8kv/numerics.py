@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['E4M3_MAX', 'E4M3_MIN_NORMAL', 'E4M3_MIN_SUBNORMAL', 'E4M3_MANTISSA_BITS', 'E4M3_EXP_BIAS', 'E4M3_NAN_CODE',
-           'E4M3_DTYPE', 'e4m3_value', 'e4m3_grid', 'quantize_e4m3', 'dequantize_e4m3', 'tl_quantize_e4m3',
-           'triton_target', 'kernel_device', 'quantize_e4m3_triton', 'band_stats']
+           'E4M3_DTYPE', 'SCALE_RANGE', 'e4m3_value', 'e4m3_grid', 'quantize_e4m3', 'dequantize_e4m3',
+           'tl_quantize_e4m3', 'tl_div_scale', 'triton_target', 'kernel_device', 'quantize_e4m3_triton', 'band_stats']
 
 # %% ../nbs/00_numerics.ipynb #9f9e4319
 import math, os
@@ -87,6 +87,18 @@ def tl_quantize_e4m3(y, NATIVE: tl.constexpr = False):
     q = r.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     return tl.where(isnan, 0x7F, q).to(tl.uint8)
 
+# %% ../nbs/00_numerics.ipynb #deed0f57
+SCALE_RANGE = (2.0 ** -40, 2.0 ** 40)          # scales for which the divide-free quotient is proven exact
+
+@triton.jit
+def tl_div_scale(x, s, y):
+    "Triton device function (GPU only): fp32 `RN(x / s)` from `y = RN(1/s)`: a product and two FMA corrections."
+    q0 = x * y
+    q1 = tl.fma(tl.fma(-q0, s, x), y, q0)
+    q2 = tl.fma(tl.fma(-q1, s, x), y, q1)
+    a = tl.abs(q0)
+    return tl.where((a > 2.0 ** -20) & (a < 1024.0), q2, q0)
+
 # %% ../nbs/00_numerics.ipynb #33b93277
 def triton_target() -> str | None:
     "'cuda', 'interpreter', or None when Triton kernels cannot run here."
@@ -105,16 +117,21 @@ def _quantize_kernel(x_ptr, out_ptr, scale_ptr, n, BLOCK: tl.constexpr, NATIVE: 
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr)
-    tl.store(out_ptr + offs, tl_quantize_e4m3(x / s, NATIVE), mask=mask)
+    if NATIVE:                                     # the store's GPU path: divide-free quotient, hardware cast
+        y = tl_div_scale(x, s, tl.math.div_rn(1.0, s))
+    else:
+        y = tl.math.div_rn(x, s)
+    tl.store(out_ptr + offs, tl_quantize_e4m3(y, NATIVE), mask=mask)
 
 # %% ../nbs/00_numerics.ipynb #705f3e1a
 def quantize_e4m3_triton(x: torch.Tensor, scale=1.0, native: bool = False) -> torch.Tensor:
-    "`quantize_e4m3` computed by a Triton kernel through `tl_quantize_e4m3` (GPU or interpreter; `native=True` on a GPU only)."
+    "`quantize_e4m3` by a Triton kernel: IEEE divide + `tl_quantize_e4m3` (GPU or interpreter), or with `native=True` (GPU only) the store's GPU path, `tl_div_scale` + the hardware cast."
     if triton_target() is None: raise RuntimeError("no Triton target: need a CUDA GPU or TRITON_INTERPRET=1 set before import")
     if native and triton_target() != "cuda": raise ValueError("native=True relies on the GPU's cast; the interpreter's cast does not round to nearest even")
     xc = x.contiguous().reshape(-1)
     out = torch.empty(xc.shape, dtype=torch.uint8, device=x.device)
     s = _as_scale(scale).to(x.device).reshape(1)
+    if native and not SCALE_RANGE[0] <= s.item() <= SCALE_RANGE[1]: raise ValueError(f"native=True needs a scale in {SCALE_RANGE}, got {s.item()}")
     BLOCK = 1024
     _quantize_kernel[(triton.cdiv(xc.numel(), BLOCK),)](xc, out, s, xc.numel(), BLOCK=BLOCK, NATIVE=native)
     return out.view(E4M3_DTYPE).reshape(x.shape)

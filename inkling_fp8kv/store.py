@@ -9,7 +9,7 @@ __all__ = ['SMALL_TOKEN_THRESHOLD', 'REL_MODES', 'CONFIGS', 'write_path_bytes', 
 import torch
 import triton
 import triton.language as tl
-from .numerics import E4M3_DTYPE, tl_quantize_e4m3, triton_target
+from .numerics import E4M3_DTYPE, SCALE_RANGE, tl_quantize_e4m3, tl_div_scale, triton_target
 from .config import RankGeometry
 from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES, _check_slots, _check_scale
 
@@ -20,15 +20,13 @@ REL_MODES = ('loop', 'fma_dot', 'tc_dot')
 CONFIGS = {
     'cuda': dict(
         fused=dict(BLOCK_E=256, num_warps=4),                                  # one (token, head) row per program
-        kv=dict(bf16=dict(BLOCK_T=4, num_warps=2), fp8=dict(BLOCK_T=4, num_warps=2)),   # tokens of one kv head
-        q=dict(BLOCK_R=8, num_warps=4),                                        # (token, q-head) rows
-        rel=dict(BLOCK_M=32, BLOCK_E=128, E_BLOCKS=8, num_warps=4, mode='tc_dot'),   # [rows, E_BLOCKS x BLOCK_E]
+        # one launch: K/V programs (BLOCK_T tokens of one kv head) interleaved with q + rel programs
+        # (BLOCK_M (token, q-head) rows x E_BLOCKS tiles of BLOCK_E logits)
+        tiled=dict(BLOCK_T=4, BLOCK_M=32, BLOCK_E=128, E_BLOCKS=8, num_warps=4, mode='tc_dot'),
     ),
     'interpreter': dict(
         fused=dict(BLOCK_E=256, num_warps=4),
-        kv=dict(bf16=dict(BLOCK_T=64, num_warps=4), fp8=dict(BLOCK_T=64, num_warps=4)),
-        q=dict(BLOCK_R=256, num_warps=4),
-        rel=dict(BLOCK_M=256, BLOCK_E=128, E_BLOCKS=1, num_warps=4, mode='loop'),
+        tiled=dict(BLOCK_T=64, BLOCK_M=256, BLOCK_E=128, E_BLOCKS=1, num_warps=4, mode='loop'),
     ),
 }
 
@@ -144,6 +142,9 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
     if FP8:                                                             # first, off the critical path
         k_scale = tl.load(k_scale_ptr)
         v_scale = tl.load(v_scale_ptr)
+        if not SOFT_BF16:                                               # once per program: RN(1/scale)
+            k_inv = tl.math.div_rn(1.0, k_scale)
+            v_inv = tl.math.div_rn(1.0, v_scale)
     rmask = tok < n_tok
     t = tok.to(tl.int64)
     d = tl.arange(0, D)
@@ -181,11 +182,12 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
     if FP8:                                                             # e4m3(clamp(x / scale, ±448)), RNE, NaN -> 0x7F
         kf32 = (k_norm.to(tl.int32) << 16).to(tl.float32, bitcast=True)
         vf32 = (v_conv.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        ky, vy = tl.math.div_rn(kf32, k_scale), tl.math.div_rn(vf32, v_scale)
-        if SOFT_BF16:
-            k8, v8 = tl_quantize_e4m3(ky), tl_quantize_e4m3(vy)
-        else:                                                           # the GPU's cast rounds by itself (00_numerics)
-            k8, v8 = tl_quantize_e4m3(ky, True), tl_quantize_e4m3(vy, True)
+        if SOFT_BF16:                                                   # the interpreter: IEEE divide, pre-rounded cast
+            k8 = tl_quantize_e4m3(tl.math.div_rn(kf32, k_scale))
+            v8 = tl_quantize_e4m3(tl.math.div_rn(vf32, v_scale))
+        else:                                                           # GPU: divide-free RN(x / s), hardware cast (00_numerics)
+            k8 = tl_quantize_e4m3(tl_div_scale(kf32, k_scale, k_inv), True)
+            v8 = tl_quantize_e4m3(tl_div_scale(vf32, v_scale, v_inv), True)
         tl.store(k_dst[:, None] + d[None, :], k8, mask=store[:, None])
         tl.store(v_dst[:, None] + d[None, :], v8, mask=store[:, None])
     else:
@@ -216,30 +218,34 @@ def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
                  D, OFF_K, OFF_V, W, CONV_N, KV_B, FP8, SOFT_BF16)
 
 @triton.jit
-def _kv_store_kernel(qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
-                     conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-                     k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, T,
-                     D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr,
-                     CONV_N: tl.constexpr, KV_B: tl.constexpr, BLOCK_T: tl.constexpr, FP8: tl.constexpr, SOFT_BF16: tl.constexpr):
-    tok = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    _kv_rows(tok, T, tl.program_id(1), qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
-             conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-             k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
-             D, OFF_K, OFF_V, W, CONV_N, KV_B, FP8, SOFT_BF16)
+def _tiled_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, tau_ptr, kcw_ptr, vcw_ptr, knw_ptr, eps,
+                       pos_ptr, seq_ptr, qstart_ptr, conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
+                       k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, T, n_kv, n_rel,
+                       HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, R: tl.constexpr, E: tl.constexpr,
+                       OFF_K: tl.constexpr, OFF_V: tl.constexpr, OFF_R: tl.constexpr, W: tl.constexpr,
+                       CONV_N: tl.constexpr, KV_B: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_E: tl.constexpr, E_BLOCKS: tl.constexpr, E_PROGS: tl.constexpr, MODE: tl.constexpr,
+                       HAS_TAU: tl.constexpr, FP8: tl.constexpr, SOFT_BF16: tl.constexpr):
+    pid = tl.program_id(0)
+    both = tl.minimum(n_kv, n_rel)
+    if pid < 2 * both:                                                  # alternate: even = K/V, odd = q/rel
+        kv_side, idx = pid % 2 == 0, pid // 2
+    else:                                                               # the longer list's remainder
+        kv_side, idx = n_kv > n_rel, pid - both
+    if kv_side:                                                         # BLOCK_T tokens of kv head idx % HKV
+        tok = (idx // HKV) * BLOCK_T + tl.arange(0, BLOCK_T)
+        _kv_rows(tok, T, idx % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
+                 conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
+                 k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
+                 D, OFF_K, OFF_V, W, CONV_N, KV_B, FP8, SOFT_BF16)
+    else:                                                               # BLOCK_M rows: q (first column block) + logits
+        rows = (idx // E_PROGS) * BLOCK_M + tl.arange(0, BLOCK_M)
+        col_prog = idx % E_PROGS
+        if col_prog == 0:
+            _q_rows(rows, T * HQ, qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps, HQ, D, HAS_TAU, SOFT_BF16)
+        _rel_tile(rows, T * HQ, col_prog * (E_BLOCKS * BLOCK_E), qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr,
+                  HQ, R, E, OFF_R, BLOCK_E, E_BLOCKS, MODE, HAS_TAU, SOFT_BF16)
 
-@triton.jit
-def _q_norm_kernel(qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps, n_rows,
-                   HQ: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, HAS_TAU: tl.constexpr, SOFT_BF16: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    _q_rows(rows, n_rows, qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps, HQ, D, HAS_TAU, SOFT_BF16)
-
-@triton.jit
-def _rel_proj_kernel(qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr, n_rows,
-                     HQ: tl.constexpr, R: tl.constexpr, E: tl.constexpr, OFF_R: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_E: tl.constexpr, E_BLOCKS: tl.constexpr, MODE: tl.constexpr, HAS_TAU: tl.constexpr, SOFT_BF16: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    _rel_tile(rows, n_rows, tl.program_id(1) * (E_BLOCKS * BLOCK_E), qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr,
-              HQ, R, E, OFF_R, BLOCK_E, E_BLOCKS, MODE, HAS_TAU, SOFT_BF16)
 
 # %% ../nbs/04_store.ipynb #7f5228c7
 def _scale_arg(name: str, scale, device, validate: bool) -> torch.Tensor:
@@ -247,9 +253,15 @@ def _scale_arg(name: str, scale, device, validate: bool) -> torch.Tensor:
     if scale is None: raise ValueError(f"{name} is required for an fp8 (float8_e4m3fn) cache")
     if isinstance(scale, torch.Tensor):
         if scale.numel() != 1: raise ValueError(f"{name} must be a per-tensor scalar, got shape {tuple(scale.shape)}")
-        if validate: _check_scale(name, scale)
+        if validate: _check_scale_range(name, _check_scale(name, scale))
         return scale.to(device=device, dtype=torch.float32).reshape(1)
-    return torch.full((1,), _check_scale(name, scale), dtype=torch.float32, device=device)
+    return torch.full((1,), _check_scale_range(name, _check_scale(name, scale)), dtype=torch.float32, device=device)
+
+def _check_scale_range(name: str, s: float) -> float:
+    "The kernels' quotient is exact for scales in SCALE_RANGE (00_numerics); refuse others."
+    if not SCALE_RANGE[0] <= s <= SCALE_RANGE[1]:
+        raise ValueError(f"{name}={s:g} is outside the kernels' supported range [2^-40, 2^40]")
+    return s
 
 def _merge_configs(base: dict, over: dict | None) -> dict:
     "`base` with the (nested) entries of `over` replaced; unknown keys raise."
@@ -331,7 +343,7 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
         _check_slots('conv_slot_mapping', conv_slot_mapping, T, nb_conv * N)
         _check_conv_taps(conv_block_table, positions, seq_idx, query_start, conv_slot_mapping, nb_conv, N)
     cfg = CONFIGS[target] if configs is None else _merge_configs(CONFIGS[target], configs)
-    if cfg['rel']['mode'] not in REL_MODES: raise ValueError(f"configs['rel']['mode'] must be one of {REL_MODES}, got {cfg['rel']['mode']!r}")
+    if cfg['tiled']['mode'] not in REL_MODES: raise ValueError(f"configs['tiled']['mode'] must be one of {REL_MODES}, got {cfg['tiled']['mode']!r}")
 
     q = torch.empty(T, Hq, D, dtype=torch.bfloat16, device=dev)
     rel = torch.empty(T, Hq, E, dtype=torch.bfloat16, device=dev)
@@ -354,19 +366,13 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
             HQ=Hq, HKV=Hkv, R=R, E=E, OFF_R=o['r'], BLOCK_E=min(c['BLOCK_E'], triton.next_power_of_2(E)),
             HAS_TAU=tau is not None, num_warps=c['num_warps'], **consts)
         return q, rel
-    c = cfg['kv']['fp8' if fp8 else 'bf16']
-    _kv_store_kernel[(triton.cdiv(T, c['BLOCK_T']), Hkv)](
-        bits(qkvr), qkvr.stride(0), kcw, vcw, knw, eps, *meta, T, BLOCK_T=c['BLOCK_T'],
-        num_warps=c['num_warps'], **consts)
-    c = cfg['q']
-    _q_norm_kernel[(triton.cdiv(T * Hq, c['BLOCK_R']),)](
-        bits(qkvr), qkvr.stride(0), bits(q), qnw, tau_arg, eps, T * Hq, HQ=Hq, D=D, BLOCK_R=c['BLOCK_R'],
-        HAS_TAU=tau is not None, SOFT_BF16=soft, num_warps=c['num_warps'])
-    c = cfg['rel']
+    c = cfg['tiled']
     be = min(c['BLOCK_E'], triton.next_power_of_2(E))
     nbe = min(c['E_BLOCKS'], triton.cdiv(E, be))
-    _rel_proj_kernel[(triton.cdiv(T * Hq, c['BLOCK_M']), triton.cdiv(E, be * nbe))](
-        bits(qkvr), qkvr.stride(0), bits(rel), proj, tau_arg, T * Hq, HQ=Hq, R=R, E=E, OFF_R=o['r'],
-        BLOCK_M=c['BLOCK_M'], BLOCK_E=be, E_BLOCKS=nbe, MODE=REL_MODES.index(c['mode']), HAS_TAU=tau is not None,
-        SOFT_BF16=soft, num_warps=c['num_warps'])
+    e_progs = triton.cdiv(E, be * nbe)
+    n_kv, n_rel = triton.cdiv(T, c['BLOCK_T']) * Hkv, triton.cdiv(T * Hq, c['BLOCK_M']) * e_progs
+    _tiled_prep_kernel[(n_kv + n_rel,)](
+        bits(qkvr), qkvr.stride(0), bits(q), bits(rel), qnw, proj, tau_arg, kcw, vcw, knw, eps, *meta, T, n_kv, n_rel,
+        HQ=Hq, HKV=Hkv, R=R, E=E, OFF_R=o['r'], BLOCK_T=c['BLOCK_T'], BLOCK_M=c['BLOCK_M'], BLOCK_E=be, E_BLOCKS=nbe,
+        E_PROGS=e_progs, MODE=REL_MODES.index(c['mode']), HAS_TAU=tau is not None, num_warps=c['num_warps'], **consts)
     return q, rel

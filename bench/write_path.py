@@ -176,7 +176,7 @@ def sweep(dev, bw, budget_s):
     "Time variants of the tiled launch parameters on the 16,384-token cases of both head configurations (CUDA-graph median)."
     out = []
     variants = ([dict(tiled=dict(mode='fma_dot'))]
-                + [dict(tiled=dict(BLOCK_T=bt)) for bt in (4, 16)]
+                + [dict(tiled=dict(BLOCK_T=bt)) for bt in (2, 8, 16)]
                 + [dict(tiled=dict(BLOCK_M=bm)) for bm in (16, 64)]
                 + [dict(tiled=dict(E_BLOCKS=ne)) for ne in (2, 4)]
                 + [dict(tiled=dict(num_warps=8)), dict(tiled=dict(BLOCK_T=16, num_warps=8))])

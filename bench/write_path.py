@@ -254,7 +254,7 @@ def main():
                copy_tbs=bw, attn_block_size=ATTN_B, conv_block_size=CONV_N, kv_layout='HND', scales=dict(k=0.5, v=2.0),
                timing="triton.testing.do_bench median (eager: includes the wrapper's launch overhead) and do_bench_cudagraph median",
                bytes="write_path_bytes: qkvr read + conv-cache insert + K/V store + q and rel_logits writes",
-               configs=CONFIGS['interpreter' if SMOKE else 'cuda'], small_token_threshold=store.SMALL_TOKEN_THRESHOLD,
+               configs=CONFIGS['interpreter' if SMOKE else 'cuda'], small_token_threshold=store.SMALL_TOKEN_THRESHOLD, rounds=ROUNDS,
                cases=rows, summary=summary, sweep=sw, wall_s=time.time() - T0)
     path = Path(args.out) / 'write_path.json'
     write_json_atomic(path, res)

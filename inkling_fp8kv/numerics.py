@@ -5,7 +5,8 @@
 # %% auto #0
 __all__ = ['E4M3_MAX', 'E4M3_MIN_NORMAL', 'E4M3_MIN_SUBNORMAL', 'E4M3_MANTISSA_BITS', 'E4M3_EXP_BIAS', 'E4M3_NAN_CODE',
            'E4M3_DTYPE', 'SCALE_RANGE', 'e4m3_value', 'e4m3_grid', 'quantize_e4m3', 'dequantize_e4m3',
-           'tl_quantize_e4m3', 'tl_div_scale', 'triton_target', 'kernel_device', 'quantize_e4m3_triton', 'band_stats']
+           'tl_quantize_e4m3', 'check_scale_range', 'tl_div_scale', 'triton_target', 'kernel_device',
+           'quantize_e4m3_triton', 'band_stats']
 
 # %% ../nbs/00_numerics.ipynb #9f9e4319
 import math, os
@@ -90,6 +91,12 @@ def tl_quantize_e4m3(y, NATIVE: tl.constexpr = False):
 # %% ../nbs/00_numerics.ipynb #deed0f57
 SCALE_RANGE = (2.0 ** -40, 2.0 ** 40)          # scales for which the divide-free quotient is proven exact
 
+def check_scale_range(name: str, s: float) -> float:
+    "`s` if it lies in SCALE_RANGE, else ValueError: the GPU kernels' quotient is proven exact only there."
+    if not SCALE_RANGE[0] <= s <= SCALE_RANGE[1]:
+        raise ValueError(f"{name}={s:g} is outside the kernels' supported range [2^-40, 2^40]")
+    return s
+
 @triton.jit
 def tl_div_scale(x, s, y):
     "Triton device function (GPU only): fp32 `RN(x / s)` from `y = RN(1/s)`: a product and two FMA corrections."
@@ -131,7 +138,7 @@ def quantize_e4m3_triton(x: torch.Tensor, scale=1.0, native: bool = False) -> to
     xc = x.contiguous().reshape(-1)
     out = torch.empty(xc.shape, dtype=torch.uint8, device=x.device)
     s = _as_scale(scale).to(x.device).reshape(1)
-    if native and not SCALE_RANGE[0] <= s.item() <= SCALE_RANGE[1]: raise ValueError(f"native=True needs a scale in {SCALE_RANGE}, got {s.item()}")
+    if native: check_scale_range("scale", s.item())
     BLOCK = 1024
     _quantize_kernel[(triton.cdiv(xc.numel(), BLOCK),)](xc, out, s, xc.numel(), BLOCK=BLOCK, NATIVE=native)
     return out.view(E4M3_DTYPE).reshape(x.shape)

@@ -9,7 +9,7 @@ __all__ = ['SMALL_TOKEN_THRESHOLD', 'REL_MODES', 'CONFIGS', 'write_path_bytes', 
 import torch
 import triton
 import triton.language as tl
-from .numerics import E4M3_DTYPE, SCALE_RANGE, tl_quantize_e4m3, tl_div_scale, triton_target
+from .numerics import E4M3_DTYPE, check_scale_range, tl_quantize_e4m3, tl_div_scale, triton_target
 from .config import RankGeometry
 from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES, _check_slots, _check_scale
 
@@ -253,15 +253,9 @@ def _scale_arg(name: str, scale, device, validate: bool) -> torch.Tensor:
     if scale is None: raise ValueError(f"{name} is required for an fp8 (float8_e4m3fn) cache")
     if isinstance(scale, torch.Tensor):
         if scale.numel() != 1: raise ValueError(f"{name} must be a per-tensor scalar, got shape {tuple(scale.shape)}")
-        if validate: _check_scale_range(name, _check_scale(name, scale))
+        if validate: check_scale_range(name, _check_scale(name, scale))
         return scale.to(device=device, dtype=torch.float32).reshape(1)
-    return torch.full((1,), _check_scale_range(name, _check_scale(name, scale)), dtype=torch.float32, device=device)
-
-def _check_scale_range(name: str, s: float) -> float:
-    "The kernels' quotient is exact for scales in SCALE_RANGE (00_numerics); refuse others."
-    if not SCALE_RANGE[0] <= s <= SCALE_RANGE[1]:
-        raise ValueError(f"{name}={s:g} is outside the kernels' supported range [2^-40, 2^40]")
-    return s
+    return torch.full((1,), check_scale_range(name, _check_scale(name, scale)), dtype=torch.float32, device=device)
 
 def _merge_configs(base: dict, over: dict | None) -> dict:
     "`base` with the (nested) entries of `over` replaced; unknown keys raise."

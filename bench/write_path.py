@@ -131,6 +131,14 @@ def copy_bandwidth(dev, nbytes=1 << 30):
     del src, dst
     return 2 * nbytes / (ms * 1e-3) / 1e12
 
+def fill_bandwidth(dev, nbytes=1 << 30):
+    "Measured device write-only bandwidth in TB/s (a fill: bytes written / time), the ceiling of a store-bound kernel."
+    if SMOKE: nbytes = 1 << 24
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    ms = do_bench(lambda: dst.fill_(1), warmup=25, rep=200, return_mode='median')
+    del dst
+    return nbytes / (ms * 1e-3) / 1e12
+
 def run_cases(dev, bw, quick):
     rows = []
     for cname, cfg in head_configs():
@@ -233,7 +241,8 @@ def main():
     torch.manual_seed(0)
     log(f"{gpu_name} | torch {torch.__version__} | triton {triton.__version__}")
     bw = copy_bandwidth(dev)
-    log(f"copy bandwidth {bw:.2f} TB/s")
+    fill = fill_bandwidth(dev)
+    log(f"copy bandwidth {bw:.2f} TB/s, write-only (fill) {fill:.2f} TB/s")
     rows = run_cases(dev, bw, args.quick)
     sw = [] if (args.quick or args.no_sweep) else sweep(dev, bw, args.budget)
     ok = [r for r in rows if 'error' not in r]
@@ -251,7 +260,7 @@ def main():
                    max_graph_bw_frac_16k=max(max(r['bf16_graph_bw_frac'], r['fp8_graph_bw_frac']) for r in big if r['fp8_graph_bw_frac']) if big and not SMOKE else None)
     res = dict(gpu=gpu_name, capability=cap, torch=torch.__version__,
                triton=triton.__version__, date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
-               copy_tbs=bw, attn_block_size=ATTN_B, conv_block_size=CONV_N, kv_layout='HND', scales=dict(k=0.5, v=2.0),
+               copy_tbs=bw, fill_tbs=fill, attn_block_size=ATTN_B, conv_block_size=CONV_N, kv_layout='HND', scales=dict(k=0.5, v=2.0),
                timing="triton.testing.do_bench median (eager: includes the wrapper's launch overhead) and do_bench_cudagraph median",
                bytes="write_path_bytes: qkvr read + conv-cache insert + K/V store + q and rel_logits writes",
                configs=CONFIGS['interpreter' if SMOKE else 'cuda'], small_token_threshold=store.SMALL_TOKEN_THRESHOLD, rounds=ROUNDS,
@@ -259,7 +268,7 @@ def main():
     path = Path(args.out) / 'write_path.json'
     write_json_atomic(path, res)
     log(f"wrote {path}")
-    print(f"\n{res['gpu']} | torch {res['torch']} | triton {res['triton']} | copy {bw:.2f} TB/s")
+    print(f"\n{res['gpu']} | torch {res['torch']} | triton {res['triton']} | copy {bw:.2f} TB/s | fill {fill:.2f} TB/s")
     print(f"{'case':<14}{'T':>6}{'path':>6}{'bf16 us':>9}{'fp8 us':>9}{'fp8/bf16':>9}{'graph':>7}{'bf16 BW':>8}{'fp8 BW':>7}  checks")
     for r in rows:
         if 'error' in r: print(f"{r['case']:<14}{r['tokens']:>6}  ERROR {r['error']}"); continue

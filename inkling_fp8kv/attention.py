@@ -238,9 +238,10 @@ def _num_sms(device) -> int:
 
 def decode_num_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, window=None, block_n: int = 64,
                       waves: int = 16, num_sms: int = 132) -> int:
-    "Splits per (request, KV head) for split-KV decode: about `waves` programs per SM, at least one key tile each."
+    "Splits per (request, KV head) for split-KV decode: at most `waves` programs per SM in all, at least one key tile each."
     visible = min(max_seqlen_k, window) if window else max_seqlen_k
-    return max(1, min(triton.cdiv(waves * num_sms, batch * num_kv_heads), triton.cdiv(visible, block_n), MAX_SPLITS))
+    # round down: a launch just over a whole number of resident waves leaves a few programs running alone at the end
+    return max(1, min(waves * num_sms // (batch * num_kv_heads), triton.cdiv(visible, block_n), MAX_SPLITS))
 
 # %% ../nbs/07_attention.ipynb #b88fc21a
 def _check(cond, msg):

@@ -1,6 +1,6 @@
 """Where the tiled write path spends its time at 16,384 tokens: the K/V programs against the q + logit programs.
 
-Run on a CUDA machine from the repo root:  python bench/write_path_parts.py   (writes $OUT or . /write_path_parts.json)
+Run on a CUDA machine from the repo root:  python bench/write_path_parts.py   (writes write_path_parts.json to $OUT, or to .)
 The one-launch tiled prep interleaves two kinds of programs. This launches the same kernel three ways per case
 and dtype (the bench/write_path.py inputs, CUDA-graph medians): the whole grid, only its K/V programs (conv insert,
 4-tap conv, k-norm, K/V store) and only its q + logit programs, and reports each part's bytes over its time as a

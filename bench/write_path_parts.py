@@ -39,6 +39,7 @@ for name, cfg in WP.head_configs():
             esz = 1 if dt == E4M3_DTYPE else 2
             kvb = T * Hkv * (2 * 128 * 2 + 256 * 2 + 2 * 128 * esz)
             relb = T * Hq * ((128 + 16) * 2 + 128 * 2 + E * 2)
+            assert kvb + relb == store.write_path_bytes(geom, T, dt)          # the two parts split the benchmark's byte count
             row = dict(case=f"{name}-{'local' if local else 'global'}", dtype=str(dt)[6:], kv_bytes=kvb, rel_bytes=relb)
             for mode in ('full', 'kv', 'rel'):
                 store._tiled_prep_kernel = Wrap(mode)

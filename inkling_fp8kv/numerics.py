@@ -74,10 +74,10 @@ def _grid_quantize(y: torch.Tensor) -> torch.Tensor:
 @triton.jit
 def tl_quantize_e4m3(y, NATIVE: tl.constexpr = False):
     "Triton device function: fp32 -> e4m3 byte (uint8), clamp ±448, RNE, NaN -> 0x7F. Bit-identical to `quantize_e4m3` (`NATIVE`: on a GPU only)."
+    if NATIVE:                                # cvt.rn.satfinite: RNE, saturates at ±448, NaN -> 0x7F, all by itself
+        return y.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     isnan = y != y
     y = tl.minimum(tl.maximum(y, -448.0), 448.0)
-    if NATIVE:                                # the hardware cast rounds to nearest even by itself
-        return tl.where(isnan, 0x7F, y.to(tl.float8e4nv).to(tl.uint8, bitcast=True)).to(tl.uint8)
     bits = y.to(tl.uint32, bitcast=True)
     sign = bits & 0x80000000
     a = (bits & 0x7FFFFFFF).to(tl.float32, bitcast=True)

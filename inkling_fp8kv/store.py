@@ -43,11 +43,11 @@ def _bf16(x, SOFT_BF16: tl.constexpr):
 
 @triton.jit
 def _rms_norm_rows(x, w, eps, D: tl.constexpr, SOFT_BF16: tl.constexpr):
-    "bf16 bits of `x · (1/sqrt(mean(x²) + eps)) · w` per row of fp32 `x [R, D]`; the sum of squares is order-free."
+    "bf16 bits of `x · (1/sqrt(mean(x²) + eps)) · w` per row of fp32 `x [R, D]` (`w` broadcasts to it); the sum of squares is order-free."
     ss = tl.sum((x * x).to(tl.float64), axis=1)                 # exact squares, exact fp64 sum, one rounding
     ms = ss.to(tl.float32) * (1.0 / D)                          # D = 128: exact
     inv = tl.math.div_rn(tl.full(ms.shape, 1.0, tl.float32), tl.sqrt_rn(ms + eps))
-    return _bf16((x * inv[:, None]) * w[None, :], SOFT_BF16)
+    return _bf16((x * inv[:, None]) * w, SOFT_BF16)
 
 # %% ../nbs/04_store.ipynb #32403abb
 @triton.jit
@@ -59,7 +59,7 @@ def _q_rows(rows, n_rows, qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps,
     x = (tl.load(qkvr_ptr + (t * stride_tok + (rows % HQ) * D)[:, None] + d[None, :], mask=rmask[:, None], other=0)
          .to(tl.int32) << 16).to(tl.float32, bitcast=True)
     w = (tl.load(qnw_ptr + d).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-    y = _rms_norm_rows(x, w, eps, D, SOFT_BF16)
+    y = _rms_norm_rows(x, w[None, :], eps, D, SOFT_BF16)
     if HAS_TAU:
         tau = tl.load(tau_ptr + t, mask=rmask, other=1.0)
         y = _bf16((y.to(tl.int32) << 16).to(tl.float32, bitcast=True) * tau[:, None], SOFT_BF16)
@@ -105,10 +105,13 @@ def _rel_tile(rows, n_rows, col0, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_p
 def _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr,
                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols,
                D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr, CONV_N: tl.constexpr,
-               CACHED: tl.constexpr):
+               C: tl.constexpr, CACHED: tl.constexpr):
     "fp32 `acc = Σ_i w_i·x[p − 3 + i]` for K and V; `CACHED=False` when no tap of the block lies in the conv cache."
     kacc = tl.zeros_like(kx)
     vacc = tl.zeros_like(vx)
+    # tap-major weights [W, C], read at the tile's own shape: each lane gets its channels' weights in the layout of its
+    # activations (a [1, D] read of the [C, W] weights would land in another layout and cost a shared-memory exchange per tap)
+    wrow = ch + tl.zeros_like(t).to(tl.int32)[:, None]
     for i in tl.static_range(W):                                        # tap i reads x[p - 3 + i]
         if i == W - 1:
             ktap, vtap = kx, vx
@@ -129,8 +132,8 @@ def _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok
                 vf = tl.where(inflight[:, None], vf, vc)
             ktap = (kf.to(tl.int32) << 16).to(tl.float32, bitcast=True)
             vtap = (vf.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        kacc += (tl.load(kcw_ptr + ch * W + i).to(tl.int32) << 16).to(tl.float32, bitcast=True) * ktap   # [1, D] weights
-        vacc += (tl.load(vcw_ptr + ch * W + i).to(tl.int32) << 16).to(tl.float32, bitcast=True) * vtap
+        kacc += (tl.load(kcw_ptr + i * C + wrow).to(tl.int32) << 16).to(tl.float32, bitcast=True) * ktap
+        vacc += (tl.load(vcw_ptr + i * C + wrow).to(tl.int32) << 16).to(tl.float32, bitcast=True) * vtap
     return kacc, vacc
 
 @triton.jit
@@ -138,13 +141,10 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
              conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
              k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
              D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr,
-             CONV_N: tl.constexpr, KV_B: tl.constexpr, FP8: tl.constexpr, SOFT_BF16: tl.constexpr):
-    if FP8:                                                             # first, off the critical path
+             CONV_N: tl.constexpr, KV_B: tl.constexpr, C: tl.constexpr, FP8: tl.constexpr, SOFT_BF16: tl.constexpr):
+    if FP8:                                                             # issued first; RN(1/scale) only where it is used
         k_scale = tl.load(k_scale_ptr)
         v_scale = tl.load(v_scale_ptr)
-        if not SOFT_BF16:                                               # once per program: RN(1/scale)
-            k_inv = tl.math.div_rn(1.0, k_scale)
-            v_inv = tl.math.div_rn(1.0, v_scale)
     rmask = tok < n_tok
     t = tok.to(tl.int64)
     d = tl.arange(0, D)
@@ -162,17 +162,17 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
     any_cached = tl.max((live & (pos > 0) & (t - (W - 1) < qstart)).to(tl.int32), axis=0)
     if any_cached > 0:
         kacc, vacc = _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr,
-                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, D, OFF_K, OFF_V, W, CONV_N, True)
+                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, D, OFF_K, OFF_V, W, CONV_N, C, True)
     else:
         kacc, vacc = _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr,
-                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, D, OFF_K, OFF_V, W, CONV_N, False)
+                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, D, OFF_K, OFF_V, W, CONV_N, C, False)
     k_conv = _bf16(tl.where(live[:, None], kacc + kx, kx), SOFT_BF16)
     v_conv = _bf16(tl.where(live[:, None], vacc + vx, vx), SOFT_BF16)
     cs = tl.where(live, cslot, 0)                                       # insert the pre-conv inputs, bits unchanged
     cell = conv_ptr + (cs // CONV_N) * cv_b + h * cv_h + (cs % CONV_N) * cv_n
     tl.store(cell[:, None] + d[None, :], k_raw, mask=live[:, None])
     tl.store(cell[:, None] + D + d[None, :], v_raw, mask=live[:, None])
-    knw = (tl.load(knw_ptr + d).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    knw = (tl.load(knw_ptr + d[None, :] + tl.zeros_like(tok)[:, None]).to(tl.int32) << 16).to(tl.float32, bitcast=True)   # tile-shaped, as the taps
     k_norm = _rms_norm_rows((k_conv.to(tl.int32) << 16).to(tl.float32, bitcast=True), knw, eps, D, SOFT_BF16)
     slot = tl.load(slot_ptr + t, mask=rmask, other=-1).to(tl.int64)
     store = (slot >= 0) & rmask                                         # negative attention slot: no K/V store
@@ -186,8 +186,9 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
             k8 = tl_quantize_e4m3(tl.math.div_rn(kf32, k_scale))
             v8 = tl_quantize_e4m3(tl.math.div_rn(vf32, v_scale))
         else:                                                           # GPU: divide-free RN(x / s), hardware cast (00_numerics)
-            k8 = tl_quantize_e4m3(tl_div_scale(kf32, k_scale, k_inv), True)
-            v8 = tl_quantize_e4m3(tl_div_scale(vf32, v_scale, v_inv), True)
+            # RN(1/scale) here, not at the top: the divide is a call, and loads issued after it would wait for the scales
+            k8 = tl_quantize_e4m3(tl_div_scale(kf32, k_scale, tl.math.div_rn(1.0, k_scale)), True)
+            v8 = tl_quantize_e4m3(tl_div_scale(vf32, v_scale, tl.math.div_rn(1.0, v_scale)), True)
         tl.store(k_dst[:, None] + d[None, :], k8, mask=store[:, None])
         tl.store(v_dst[:, None] + d[None, :], v8, mask=store[:, None])
     else:
@@ -215,7 +216,7 @@ def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
         _kv_rows(tok, T, (pid - n_q) % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
                  conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
                  k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
-                 D, OFF_K, OFF_V, W, CONV_N, KV_B, FP8, SOFT_BF16)
+                 D, OFF_K, OFF_V, W, CONV_N, KV_B, HKV * D, FP8, SOFT_BF16)
 
 @triton.jit
 def _tiled_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, tau_ptr, kcw_ptr, vcw_ptr, knw_ptr, eps,
@@ -237,7 +238,7 @@ def _tiled_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
         _kv_rows(tok, T, idx % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
                  conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
                  k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
-                 D, OFF_K, OFF_V, W, CONV_N, KV_B, FP8, SOFT_BF16)
+                 D, OFF_K, OFF_V, W, CONV_N, KV_B, HKV * D, FP8, SOFT_BF16)
     else:                                                               # BLOCK_M rows: q (first column block) + logits
         rows = (idx // E_PROGS) * BLOCK_M + tl.arange(0, BLOCK_M)
         col_prog = idx % E_PROGS
@@ -256,6 +257,17 @@ def _scale_arg(name: str, scale, device, validate: bool) -> torch.Tensor:
         if validate: check_scale_range(name, _check_scale(name, scale))
         return scale.to(device=device, dtype=torch.float32).reshape(1)
     return torch.full((1,), check_scale_range(name, _check_scale(name, scale)), dtype=torch.float32, device=device)
+
+def _tap_major(wc: torch.Tensor) -> torch.Tensor:
+    "Conv weights `[C, W]` as tap-major bf16 bits `[W, C]`, cached on the weight tensor while its storage, shape and version stay the same."
+    try: ver = wc._version
+    except RuntimeError: ver = None                                     # inference-mode tensors keep no version counter
+    key = (wc.data_ptr(), tuple(wc.shape), tuple(wc.stride()), ver)
+    hit = getattr(wc, '_inkling_tap_major', None)
+    if hit is not None and hit[0] == key: return hit[1]
+    wt = wc.t().contiguous().view(torch.int16)
+    wc._inkling_tap_major = (key, wt)
+    return wt
 
 def _merge_configs(base: dict, over: dict | None) -> dict:
     "`base` with the (nested) entries of `over` replaced; unknown keys raise."
@@ -343,7 +355,8 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
     rel = torch.empty(T, Hq, E, dtype=torch.bfloat16, device=dev)
     if T == 0: return q, rel
     bits = lambda x: x.view(torch.int16)                                   # bf16 travels as its bit pattern
-    kcw, vcw, qnw, knw, proj = (bits(getattr(w, f).contiguous()) for f in ('k_conv_w', 'v_conv_w', 'q_norm_w', 'k_norm_w', 'rel_proj'))
+    kcw, vcw = _tap_major(w.k_conv_w), _tap_major(w.v_conv_w)
+    qnw, knw, proj = (bits(getattr(w, f).contiguous()) for f in ('q_norm_w', 'k_norm_w', 'rel_proj'))
     tau_arg = tau.to(torch.float32).contiguous() if tau is not None else q             # unused without tau
     k_arg, v_arg = (k_cache.view(torch.uint8), v_cache.view(torch.uint8)) if fp8 else (bits(k_cache), bits(v_cache))
     ks_arg, vs_arg = (ks, vs) if fp8 else (q, q)                                       # unused in the bf16 branch

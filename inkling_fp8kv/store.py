@@ -259,14 +259,18 @@ def _scale_arg(name: str, scale, device, validate: bool) -> torch.Tensor:
     return torch.full((1,), check_scale_range(name, _check_scale(name, scale)), dtype=torch.float32, device=device)
 
 def _tap_major(wc: torch.Tensor) -> torch.Tensor:
-    "Conv weights `[C, W]` as tap-major bf16 bits `[W, C]`, cached on the weight tensor while its storage, shape and version stay the same."
+    """Conv weights `[C, W]` as tap-major bf16 bits `[W, C]`, cached while their storage, shape and version stay the same.
+    The copy is kept on the tensor that owns the storage: callers often pass a fresh view of a parameter on every call
+    (vLLM's `weight.squeeze(1)`), and views share their base's version counter."""
+    owner = wc if wc._base is None else wc._base
     try: ver = wc._version
     except RuntimeError: ver = None                                     # inference-mode tensors keep no version counter
-    key = (wc.data_ptr(), tuple(wc.shape), tuple(wc.stride()), ver)
-    hit = getattr(wc, '_inkling_tap_major', None)
-    if hit is not None and hit[0] == key: return hit[1]
+    key = (wc.data_ptr(), tuple(wc.shape), tuple(wc.stride()))
+    cache = owner.__dict__.setdefault('_inkling_tap_major', {})
+    hit = cache.get(key)
+    if hit is not None and hit[0] == ver: return hit[1]
     wt = wc.t().contiguous().view(torch.int16)
-    wc._inkling_tap_major = (key, wt)
+    cache[key] = (ver, wt)
     return wt
 
 def _merge_configs(base: dict, over: dict | None) -> dict:

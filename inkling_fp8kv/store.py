@@ -186,7 +186,7 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
             k8 = tl_quantize_e4m3(tl.math.div_rn(kf32, k_scale))
             v8 = tl_quantize_e4m3(tl.math.div_rn(vf32, v_scale))
         else:                                                           # GPU: divide-free RN(x / s), hardware cast (00_numerics)
-            # RN(1/scale) here, not at the top: the divide is a call, and loads issued after it would wait for the scales
+            # RN(1/scale) here rather than at the top, where the divide (a call) would sit before the program's other loads
             k8 = tl_quantize_e4m3(tl_div_scale(kf32, k_scale, tl.math.div_rn(1.0, k_scale)), True)
             v8 = tl_quantize_e4m3(tl_div_scale(vf32, v_scale, tl.math.div_rn(1.0, v_scale)), True)
         tl.store(k_dst[:, None] + d[None, :], k8, mask=store[:, None])

@@ -255,6 +255,7 @@ def _scale_arg(name: str, scale, device, validate: bool) -> torch.Tensor:
     if isinstance(scale, torch.Tensor):
         if scale.numel() != 1: raise ValueError(f"{name} must be a per-tensor scalar, got shape {tuple(scale.shape)}")
         if validate: check_scale_range(name, _check_scale(name, scale))
+        if scale.dtype == torch.float32 and scale.device == device: return scale   # as is: the kernels read its one element
         return scale.to(device=device, dtype=torch.float32).reshape(1)
     return torch.full((1,), check_scale_range(name, _check_scale(name, scale)), dtype=torch.float32, device=device)
 

@@ -19,7 +19,7 @@ REL_MODES = ('loop', 'fma_dot', 'tc_dot')
 
 CONFIGS = {
     'cuda': dict(
-        fused=dict(BLOCK_E=256, num_warps=4),                                  # one (token, head) row per program
+        fused=dict(BLOCK_E=1024, num_warps=4),                                 # one (token, head) row per program; a row's logits in one block
         # one launch: K/V programs (BLOCK_T tokens of one kv head) interleaved with q + rel programs
         # (BLOCK_M (token, q-head) rows x E_BLOCKS tiles of BLOCK_E logits)
         tiled=dict(BLOCK_T=4, BLOCK_M=32, BLOCK_E=128, E_BLOCKS=8, num_warps=4, mode='tc_dot'),
@@ -51,19 +51,34 @@ def _rms_norm_rows(x, w, eps, D: tl.constexpr, SOFT_BF16: tl.constexpr):
 
 # %% ../nbs/04_store.ipynb #32403abb
 @triton.jit
-def _q_rows(rows, n_rows, qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps,
-            HQ: tl.constexpr, D: tl.constexpr, HAS_TAU: tl.constexpr, SOFT_BF16: tl.constexpr):
+def _q_load(rows, n_rows, qkvr_ptr, stride_tok, qnw_ptr, tau_ptr, HQ: tl.constexpr, D: tl.constexpr, HAS_TAU: tl.constexpr):
+    "The rows' q inputs (fp32), the q-norm weight and tau (1 without it)."
     rmask = rows < n_rows
     t = (rows // HQ).to(tl.int64)
     d = tl.arange(0, D)
     x = (tl.load(qkvr_ptr + (t * stride_tok + (rows % HQ) * D)[:, None] + d[None, :], mask=rmask[:, None], other=0)
          .to(tl.int32) << 16).to(tl.float32, bitcast=True)
     w = (tl.load(qnw_ptr + d).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-    y = _rms_norm_rows(x, w[None, :], eps, D, SOFT_BF16)
     if HAS_TAU:
         tau = tl.load(tau_ptr + t, mask=rmask, other=1.0)
+    else:
+        tau = tl.full(rows.shape, 1.0, tl.float32)
+    return x, w, tau
+
+@triton.jit
+def _q_finish(rows, n_rows, x, w, tau, q_ptr, eps, D: tl.constexpr, HAS_TAU: tl.constexpr, SOFT_BF16: tl.constexpr):
+    "Normalize, round, tau (rounded again), store."
+    d = tl.arange(0, D)
+    y = _rms_norm_rows(x, w[None, :], eps, D, SOFT_BF16)
+    if HAS_TAU:
         y = _bf16((y.to(tl.int32) << 16).to(tl.float32, bitcast=True) * tau[:, None], SOFT_BF16)
-    tl.store(q_ptr + rows.to(tl.int64)[:, None] * D + d[None, :], y, mask=rmask[:, None])
+    tl.store(q_ptr + rows.to(tl.int64)[:, None] * D + d[None, :], y, mask=(rows < n_rows)[:, None])
+
+@triton.jit
+def _q_rows(rows, n_rows, qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps,
+            HQ: tl.constexpr, D: tl.constexpr, HAS_TAU: tl.constexpr, SOFT_BF16: tl.constexpr):
+    x, w, tau = _q_load(rows, n_rows, qkvr_ptr, stride_tok, qnw_ptr, tau_ptr, HQ, D, HAS_TAU)
+    _q_finish(rows, n_rows, x, w, tau, q_ptr, eps, D, HAS_TAU, SOFT_BF16)
 
 # %% ../nbs/04_store.ipynb #c3724b06
 @triton.jit
@@ -158,6 +173,10 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
     pos = tl.load(pos_ptr + t, mask=rmask, other=0).to(tl.int64)
     qstart = tl.load(qstart_ptr + t, mask=rmask, other=0).to(tl.int64)
     req = tl.load(seq_ptr + t, mask=rmask, other=0).to(tl.int64)
+    # loaded up front: issued below, after the conv-cache stores, these loads would wait for them (the compiler may not
+    # move a load above a store it cannot prove disjoint), and their latency would sit on the path to the K/V store
+    slot = tl.load(slot_ptr + t, mask=rmask, other=-1).to(tl.int64)
+    knw = (tl.load(knw_ptr + d[None, :] + tl.zeros_like(tok)[:, None]).to(tl.int32) << 16).to(tl.float32, bitcast=True)   # tile-shaped, as the taps
     # a prefill's taps mostly come from this launch's own rows: skip the conv-cache gathers when none needs them
     any_cached = tl.max((live & (pos > 0) & (t - (W - 1) < qstart)).to(tl.int32), axis=0)
     if any_cached > 0:
@@ -172,9 +191,7 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
     cell = conv_ptr + (cs // CONV_N) * cv_b + h * cv_h + (cs % CONV_N) * cv_n
     tl.store(cell[:, None] + d[None, :], k_raw, mask=live[:, None])
     tl.store(cell[:, None] + D + d[None, :], v_raw, mask=live[:, None])
-    knw = (tl.load(knw_ptr + d[None, :] + tl.zeros_like(tok)[:, None]).to(tl.int32) << 16).to(tl.float32, bitcast=True)   # tile-shaped, as the taps
     k_norm = _rms_norm_rows((k_conv.to(tl.int32) << 16).to(tl.float32, bitcast=True), knw, eps, D, SOFT_BF16)
-    slot = tl.load(slot_ptr + t, mask=rmask, other=-1).to(tl.int64)
     store = (slot >= 0) & rmask                                         # negative attention slot: no K/V store
     sl = tl.where(store, slot, 0)
     k_dst = k_ptr + (sl // KV_B) * kc_b + (sl % KV_B) * kc_t + h * kc_h
@@ -208,9 +225,10 @@ def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
     n_q = T * HQ
     if pid < n_q:                                                       # one (token, q-head) row: q and its logits
         rows = tl.full([1], pid, tl.int32)
-        _q_rows(rows, n_q, qkvr_ptr, stride_tok, q_ptr, qnw_ptr, tau_ptr, eps, HQ, D, HAS_TAU, SOFT_BF16)
+        qx, qw, qtau = _q_load(rows, n_q, qkvr_ptr, stride_tok, qnw_ptr, tau_ptr, HQ, D, HAS_TAU)   # in flight during the logits
         _rel_tile(rows, n_q, 0, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr,
                   HQ, R, E, OFF_R, BLOCK_E, (E + BLOCK_E - 1) // BLOCK_E, 0, HAS_TAU, SOFT_BF16)
+        _q_finish(rows, n_q, qx, qw, qtau, q_ptr, eps, D, HAS_TAU, SOFT_BF16)
     else:                                                               # one (token, kv-head) row: conv, k-norm, store
         tok = tl.full([1], (pid - n_q) // HKV, tl.int32)
         _kv_rows(tok, T, (pid - n_q) % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,

@@ -100,11 +100,11 @@ def check_scale_range(name: str, s: float) -> float:
 @triton.jit
 def tl_div_scale(x, s, y):
     "Triton device function (GPU only): fp32 `RN(x / s)` from `y = RN(1/s)`: a product and two FMA corrections."
+    ny, nx = -y, -x                              # (q·s − x)·(−y) = (x − q·s)·y, and x = −0 keeps its sign
     q0 = x * y
-    q1 = tl.fma(tl.fma(-q0, s, x), y, q0)
-    q2 = tl.fma(tl.fma(-q1, s, x), y, q1)
-    a = tl.abs(q0)
-    return tl.where((a > 2.0 ** -20) & (a < 1024.0), q2, q0)
+    q1 = tl.fma(tl.fma(q0, s, nx), ny, q0)
+    q2 = tl.fma(tl.fma(q1, s, nx), ny, q1)
+    return tl.where(tl.abs(q0) < 1024.0, q2, q0)
 
 # %% ../nbs/00_numerics.ipynb #33b93277
 def triton_target() -> str | None:

@@ -279,10 +279,10 @@ def main():
     s = summary
     if graph_ratios:
         print(f"CUDA graphs: median fp8/bf16 {s['median_graph_ratio']:.3f} (target <= 1.00), max {s['max_graph_ratio']:.3f} (target <= 1.03)"
-              + ("" if s['min_graph_bw_frac_16k'] is None else f"; 16,384-token cases at {s['min_graph_bw_frac_16k']:.0%}..{s['max_graph_bw_frac_16k']:.0%} of copy"))
+              + ("" if s['min_graph_bw_frac_16k'] is None else f"; 16,384-token cases at {s['min_graph_bw_frac_16k']:.2%}..{s['max_graph_bw_frac_16k']:.2%} of copy"))
     if ratios:
         print(f"eager: median fp8/bf16 {s['median_ratio']:.3f} (target <= 1.00), max {s['max_ratio']:.3f} (target <= 1.03)"
-              + ("" if s['min_bw_frac_16k'] is None else f"; 16,384-token cases at {s['min_bw_frac_16k']:.0%}..{s['max_bw_frac_16k']:.0%} of copy (target >= 80%)"))
+              + ("" if s['min_bw_frac_16k'] is None else f"; 16,384-token cases at {s['min_bw_frac_16k']:.2%}..{s['max_bw_frac_16k']:.2%} of copy (target >= 80%)"))
     print(f"all checks ok: {s['all_checks_ok']}; wall {time.time() - T0:.0f} s")
 
 if __name__ == '__main__':

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['E4M3_MAX', 'E4M3_MIN_NORMAL', 'E4M3_MIN_SUBNORMAL', 'E4M3_MANTISSA_BITS', 'E4M3_EXP_BIAS', 'E4M3_NAN_CODE',
            'E4M3_DTYPE', 'SCALE_RANGE', 'e4m3_value', 'e4m3_grid', 'quantize_e4m3', 'dequantize_e4m3',
-           'tl_quantize_e4m3', 'check_scale_range', 'tl_div_scale', 'triton_target', 'kernel_device',
+           'tl_quantize_e4m3', 'check_scale_range', 'tl_rcp_scale', 'tl_div_scale', 'triton_target', 'kernel_device',
            'quantize_e4m3_triton', 'band_stats']
 
 # %% ../nbs/00_numerics.ipynb #9f9e4319
@@ -98,9 +98,18 @@ def check_scale_range(name: str, s: float) -> float:
     return s
 
 @triton.jit
+def tl_rcp_scale(s):
+    "Triton device function (GPU only): fp32 `RN(1/s)` for `s` in SCALE_RANGE, branch-free: the hardware's approximate reciprocal and two Newton steps."
+    y = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [s], dtype=tl.float32, is_pure=True, pack=1)
+    ns = s * -1.0
+    y = tl.fma(tl.fma(ns, y, 1.0), y, y)         # y + y·e, e = 1 − s·y: faithful
+    e = tl.fma(ns, y, 1.0)
+    return tl.fma(tl.fma(e, e, e), y, y)         # y + y·(e + e²): the second-order term settles the near-ties
+
+@triton.jit
 def tl_div_scale(x, s, y):
     "Triton device function (GPU only): fp32 `RN(x / s)` from `y = RN(1/s)`: a product and two FMA corrections."
-    ny, nx = -y, -x                              # (q·s − x)·(−y) = (x − q·s)·y, and x = −0 keeps its sign
+    ny, nx = y * -1.0, x * -1.0                  # true negations: (q·s − x)·(−y) = (x − q·s)·y, and x = −0 keeps its sign
     q0 = x * y
     q1 = tl.fma(tl.fma(q0, s, nx), ny, q0)
     q2 = tl.fma(tl.fma(q1, s, nx), ny, q1)
@@ -125,7 +134,7 @@ def _quantize_kernel(x_ptr, out_ptr, scale_ptr, n, BLOCK: tl.constexpr, NATIVE: 
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr)
     if NATIVE:                                     # the store's GPU path: divide-free quotient, hardware cast
-        y = tl_div_scale(x, s, tl.math.div_rn(1.0, s))
+        y = tl_div_scale(x, s, tl_rcp_scale(s))
     else:
         y = tl.math.div_rn(x, s)
     tl.store(out_ptr + offs, tl_quantize_e4m3(y, NATIVE), mask=mask)

@@ -9,7 +9,7 @@ __all__ = ['SMALL_TOKEN_THRESHOLD', 'REL_MODES', 'CONFIGS', 'write_path_bytes', 
 import torch
 import triton
 import triton.language as tl
-from .numerics import E4M3_DTYPE, check_scale_range, tl_quantize_e4m3, tl_div_scale, triton_target
+from .numerics import E4M3_DTYPE, check_scale_range, tl_quantize_e4m3, tl_div_scale, tl_rcp_scale, triton_target
 from .config import RankGeometry
 from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES, _check_slots, _check_scale
 
@@ -162,7 +162,7 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
              k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
              D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr,
              CONV_N: tl.constexpr, KV_B: tl.constexpr, C: tl.constexpr, FP8: tl.constexpr, SOFT_BF16: tl.constexpr):
-    if FP8:                                                             # issued first; RN(1/scale) only where it is used
+    if FP8:                                                             # issued first, inverted once the other loads are out
         k_scale = tl.load(k_scale_ptr)
         v_scale = tl.load(v_scale_ptr)
     rmask = tok < n_tok
@@ -182,6 +182,10 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
     # move a load above a store it cannot prove disjoint), and their latency would sit on the path to the K/V store
     slot = tl.load(slot_ptr + t, mask=rmask, other=-1).to(tl.int64)
     knw = (tl.load(knw_ptr + d[None, :] + tl.zeros_like(tok)[:, None]).to(tl.int32) << 16).to(tl.float32, bitcast=True)   # tile-shaped, as the taps
+    if FP8:
+        if not SOFT_BF16:                                               # RN(1/scale): branch-free, while the loads are in flight
+            k_rcp = tl_rcp_scale(k_scale)
+            v_rcp = tl_rcp_scale(v_scale)
     # a prefill's taps mostly come from this launch's own rows: skip the conv-cache gathers when none needs them
     any_cached = tl.max((live & (pos > 0) & (t - (W - 1) < qstart)).to(tl.int32), axis=0)
     if any_cached > 0:
@@ -208,9 +212,8 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
             k8 = tl_quantize_e4m3(tl.math.div_rn(kf32, k_scale))
             v8 = tl_quantize_e4m3(tl.math.div_rn(vf32, v_scale))
         else:                                                           # GPU: divide-free RN(x / s), hardware cast (00_numerics)
-            # RN(1/scale) here rather than at the top, where the divide (a call) would sit before the program's other loads
-            k8 = tl_quantize_e4m3(tl_div_scale(kf32, k_scale, tl.math.div_rn(1.0, k_scale)), True)
-            v8 = tl_quantize_e4m3(tl_div_scale(vf32, v_scale, tl.math.div_rn(1.0, v_scale)), True)
+            k8 = tl_quantize_e4m3(tl_div_scale(kf32, k_scale, k_rcp), True)
+            v8 = tl_quantize_e4m3(tl_div_scale(vf32, v_scale, v_rcp), True)
         tl.store(k_dst[:, None] + d[None, :], k8, mask=store[:, None])
         tl.store(v_dst[:, None] + d[None, :], v8, mask=store[:, None])
     else:

@@ -102,9 +102,11 @@ def tl_rcp_scale(s):
     "Triton device function (GPU only): fp32 `RN(1/s)` for `s` in SCALE_RANGE, branch-free: the hardware's approximate reciprocal and two Newton steps."
     y = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [s], dtype=tl.float32, is_pure=True, pack=1)
     ns = s * -1.0
-    y = tl.fma(tl.fma(ns, y, 1.0), y, y)         # y + y·e, e = 1 − s·y: faithful
-    e = tl.fma(ns, y, 1.0)
-    return tl.fma(tl.fma(e, e, e), y, y)         # y + y·(e + e²): the second-order term settles the near-ties
+    y = tl.fma(tl.fma(ns, y, 1.0), y, y)         # y + y·(1 − s·y), twice
+    y = tl.fma(tl.fma(ns, y, 1.0), y, y)
+    # a significand of all ones, s = (2 − 2⁻²³)·2^k: the steps can end an ulp off; RN(1/s) = (1 + 2⁻²³)·2^(−k−1)
+    b = s.to(tl.int32, bitcast=True)
+    return tl.where((b & 0x7FFFFF) == 0x7FFFFF, (((253 - (b >> 23)) << 23) | 1).to(tl.float32, bitcast=True), y)
 
 @triton.jit
 def tl_div_scale(x, s, y):

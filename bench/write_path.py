@@ -7,7 +7,10 @@ x {local, global} layer x {33, 2048, 16384} tokens. For each case and cache dtyp
 `triton.testing.do_bench` (eager, what a caller pays including launch overhead) and with
 `do_bench_cudagraph` (kernels only), achieved bandwidth against the copy bandwidth measured in the same
 run, and on-hardware checks (fp8 bytes == quantize_e4m3 of the bf16 run's stored values; q, rel_logits and
-the conv cache identical between the two runs). Then a small sweep of launch parameters on the
+the conv cache identical between the two runs). fp8 runs at two scale sets: the benchmark's (k 0.5, v 2.0), powers of
+two like vLLM's default 1.0 and every calibrated k_scale of the seed's checkpoint, where the tiled kernel needs no
+quotient correction; and a calibrated layer's (k 1.0, v 2.36, the seed's largest v_scale), which takes the
+one-correction quotient (column `fp8c`). Then a small sweep of launch parameters on the
 16,384-token cases (CUDA-graph timing). Writes write_path.json into $OUT (or bench/results/) and prints a table last.
 
 Usage (repository root, on the GPU box; plain Python, no nbdev needed):
@@ -44,6 +47,7 @@ ATTN_B, CONV_N = 64, 32          # fp8 attention block size and unified conv blo
 TOKENS = (33, 2048, 16384)
 ROUNDS = 1 if SMOKE else 5     # timing rounds per case, the two dtypes alternating; medians reported
 ROUNDS_SMALL = 1 if SMOKE else 15   # the fused-path cases run ~3 us, where one round's median moves by a few percent
+SCALES = {'fp8': (0.5, 2.0), 'fp8c': (1.0, 2.36)}    # (k_scale, v_scale) per fp8 column: powers of two / a calibrated layer's
 
 def head_configs():
     "(name, InklingConfig): Inkling-Small and upstream's large Inkling; tau active from position 4096 on global layers."
@@ -88,12 +92,12 @@ def make_kv(case, geom, kv_dtype, dev):
     by_token = kv.transpose(1, 2)
     return kv, by_token[..., :128], by_token[..., 128:]
 
-def prep_fn(case, geom, kv_dtype, dev, configs=None, conv_cache=None):
+def prep_fn(case, geom, kv_dtype, dev, configs=None, conv_cache=None, scales=SCALES['fp8']):
     "A zero-argument closure running qkvr_prep on this case (validate=False: no host syncs, graph-capturable)."
     kv, kc, vc = make_kv(case, geom, kv_dtype, dev)
     cc = case['conv_cache'].clone() if conv_cache is None else conv_cache
     m = case['meta']
-    scales = dict(k_scale=torch.tensor([0.5], device=dev), v_scale=torch.tensor([2.0], device=dev)) if kv_dtype == E4M3_DTYPE else {}
+    scales = dict(k_scale=torch.tensor([scales[0]], device=dev), v_scale=torch.tensor([scales[1]], device=dev)) if kv_dtype == E4M3_DTYPE else {}
     def fn():
         return qkvr_prep(case['qkvr'], case['w'], geom=geom, positions=m.positions, seq_idx=m.seq_idx, query_start=m.query_start,
                          conv_cache=cc, conv_block_table=m.conv_block_table, conv_slot_mapping=m.conv_slot_mapping,
@@ -110,16 +114,19 @@ def timed(fn):
     return eager, graph
 
 def check_case(case, geom, dev):
-    "On-hardware checks: fp8 bytes == quantize_e4m3(bf16 store), q/rel/conv identical between the bf16 and fp8 runs."
+    "On-hardware checks at each fp8 scale set: fp8 bytes == quantize_e4m3(bf16 store), q/rel/conv identical between the bf16 and fp8 runs."
     fb, cb = prep_fn(case, geom, torch.bfloat16, dev)
-    ff, cf = prep_fn(case, geom, E4M3_DTYPE, dev)
-    qb, rb = fb(); qf, rf = ff()
+    qb, rb = fb()
     s = case['meta'].slot_mapping
     blk, off = s // ATTN_B, s % ATTN_B
-    out = dict(q_equal=torch.equal(qb, qf), rel_equal=torch.equal(rb, rf),
-               conv_equal=torch.equal(cb['conv'].view(torch.int16), cf['conv'].view(torch.int16)),
-               k_bytes_equal=torch.equal(cf['k'][blk, off].view(torch.uint8), quantize_e4m3(cb['k'][blk, off], 0.5).view(torch.uint8)),
-               v_bytes_equal=torch.equal(cf['v'][blk, off].view(torch.uint8), quantize_e4m3(cb['v'][blk, off], 2.0).view(torch.uint8)))
+    out = {}
+    for tag, (ks, vs) in SCALES.items():
+        ff, cf = prep_fn(case, geom, E4M3_DTYPE, dev, scales=(ks, vs))
+        qf, rf = ff()
+        out.update({f'{tag}_q_equal': torch.equal(qb, qf), f'{tag}_rel_equal': torch.equal(rb, rf),
+                    f'{tag}_conv_equal': torch.equal(cb['conv'].view(torch.int16), cf['conv'].view(torch.int16)),
+                    f'{tag}_k_bytes_equal': torch.equal(cf['k'][blk, off].view(torch.uint8), quantize_e4m3(cb['k'][blk, off], ks).view(torch.uint8)),
+                    f'{tag}_v_bytes_equal': torch.equal(cf['v'][blk, off].view(torch.uint8), quantize_e4m3(cb['v'][blk, off], vs).view(torch.uint8))})
     torch.cuda.synchronize()
     return out
 
@@ -154,13 +161,14 @@ def run_cases(dev, bw, quick):
                     case = make_case(geom, cfg, T, seed=T + 31 * len(name) + local, dev=dev)
                     row['checks'] = check_case(case, geom, dev)
                     row['checks_ok'] = all(row['checks'].values())
-                    fns = {tag: prep_fn(case, geom, dt, dev)[0] for tag, dt in (('bf16', torch.bfloat16), ('fp8', E4M3_DTYPE))}
+                    tags = (('bf16', torch.bfloat16), ('fp8', E4M3_DTYPE), ('fp8c', E4M3_DTYPE))
+                    fns = {tag: prep_fn(case, geom, dt, dev, scales=SCALES.get(tag, SCALES['fp8']))[0] for tag, dt in tags}
                     times = {tag: [] for tag in fns}
                     for rnd in range(ROUNDS_SMALL if row['path'] == 'fused' else ROUNDS):
                         for tag, fn in (list(fns.items()) if rnd % 2 == 0 else list(fns.items())[::-1]):   # alternate dtypes and order
                             fn(); torch.cuda.synchronize()                   # compile outside the timing
                             times[tag].append(timed(fn))
-                    for tag, dt in (('bf16', torch.bfloat16), ('fp8', E4M3_DTYPE)):
+                    for tag, dt in tags:
                         eager = statistics.median(e for e, _ in times[tag])
                         graphs = [g for _, g in times[tag] if g is not None]
                         graph = statistics.median(graphs) if graphs else None
@@ -168,8 +176,10 @@ def run_cases(dev, bw, quick):
                         row.update({f'{tag}_us': eager, f'{tag}_graph_us': graph, f'{tag}_bytes': nbytes,
                                     f'{tag}_bw_frac': nbytes / (eager * 1e-6) / 1e12 / bw,
                                     f'{tag}_graph_bw_frac': None if graph is None else nbytes / (graph * 1e-6) / 1e12 / bw})
-                    row['ratio'] = row['fp8_us'] / row['bf16_us']
-                    row['graph_ratio'] = None if row['bf16_graph_us'] is None or row['fp8_graph_us'] is None else row['fp8_graph_us'] / row['bf16_graph_us']
+                    for t in ('fp8', 'fp8c'):
+                        sfx = '' if t == 'fp8' else '_c'
+                        row[f'ratio{sfx}'] = row[f'{t}_us'] / row['bf16_us']
+                        row[f'graph_ratio{sfx}'] = None if row['bf16_graph_us'] is None or row[f'{t}_graph_us'] is None else row[f'{t}_graph_us'] / row['bf16_graph_us']
                     log(f"  bf16 {row['bf16_us']:.1f} us, fp8 {row['fp8_us']:.1f} us, ratio {row['ratio']:.3f}; "
                         f"graph ratio {row['graph_ratio'] if row['graph_ratio'] is None else round(row['graph_ratio'], 3)}; "
                         f"checks {'ok' if row['checks_ok'] else row['checks']}")
@@ -258,10 +268,13 @@ def main():
                    min_bw_frac_16k=min(min(r['bf16_bw_frac'], r['fp8_bw_frac']) for r in big) if big else None,
                    max_bw_frac_16k=max(max(r['bf16_bw_frac'], r['fp8_bw_frac']) for r in big) if big else None,
                    min_graph_bw_frac_16k=min(min(r['bf16_graph_bw_frac'], r['fp8_graph_bw_frac']) for r in big if r['fp8_graph_bw_frac']) if big and not SMOKE else None,
-                   max_graph_bw_frac_16k=max(max(r['bf16_graph_bw_frac'], r['fp8_graph_bw_frac']) for r in big if r['fp8_graph_bw_frac']) if big and not SMOKE else None)
+                   max_graph_bw_frac_16k=max(max(r['bf16_graph_bw_frac'], r['fp8_graph_bw_frac']) for r in big if r['fp8_graph_bw_frac']) if big and not SMOKE else None,
+                   median_graph_ratio_c=statistics.median(gc) if (gc := [r['graph_ratio_c'] for r in ok if r.get('graph_ratio_c') is not None]) else None,
+                   max_graph_ratio_c=max(gc) if gc else None,
+                   min_graph_bw_frac_16k_c=min(r['fp8c_graph_bw_frac'] for r in big if r['fp8c_graph_bw_frac']) if big and not SMOKE else None)
     res = dict(gpu=gpu_name, capability=cap, torch=torch.__version__,
                triton=triton.__version__, date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
-               copy_tbs=bw, fill_tbs=fill, attn_block_size=ATTN_B, conv_block_size=CONV_N, kv_layout='HND', scales=dict(k=0.5, v=2.0),
+               copy_tbs=bw, fill_tbs=fill, attn_block_size=ATTN_B, conv_block_size=CONV_N, kv_layout='HND', scales={t: dict(k=k, v=v) for t, (k, v) in SCALES.items()},
                timing="triton.testing.do_bench median (eager: includes the wrapper's launch overhead) and do_bench_cudagraph median",
                bytes="write_path_bytes: qkvr read + conv-cache insert + K/V store + q and rel_logits writes",
                configs=CONFIGS['interpreter' if SMOKE else 'cuda'], small_token_threshold=store.SMALL_TOKEN_THRESHOLD, rounds=ROUNDS, rounds_fused=ROUNDS_SMALL,
@@ -270,16 +283,20 @@ def main():
     write_json_atomic(path, res)
     log(f"wrote {path}")
     print(f"\n{res['gpu']} | torch {res['torch']} | triton {res['triton']} | copy {bw:.2f} TB/s | fill {fill:.2f} TB/s")
-    print(f"{'case':<14}{'T':>6}{'path':>6}{'bf16 us':>9}{'fp8 us':>9}{'fp8/bf16':>9}{'graph':>7}{'bf16 BW':>8}{'fp8 BW':>7}  checks")
+    print(f"{'case':<14}{'T':>6}{'path':>6}{'bf16 us':>9}{'fp8 us':>9}{'fp8/bf16':>9}{'graph':>7}{'fp8c':>7}{'bf16 BW':>8}{'fp8 BW':>7}  checks")
     for r in rows:
         if 'error' in r: print(f"{r['case']:<14}{r['tokens']:>6}  ERROR {r['error']}"); continue
         g = '' if r['graph_ratio'] is None else f"{r['graph_ratio']:.3f}"
-        print(f"{r['case']:<14}{r['tokens']:>6}{r['path']:>6}{r['bf16_us']:>9.1f}{r['fp8_us']:>9.1f}{r['ratio']:>9.3f}{g:>7}"
+        gc = '' if r['graph_ratio_c'] is None else f"{r['graph_ratio_c']:.3f}"
+        print(f"{r['case']:<14}{r['tokens']:>6}{r['path']:>6}{r['bf16_us']:>9.1f}{r['fp8_us']:>9.1f}{r['ratio']:>9.3f}{g:>7}{gc:>7}"
               f"{r['bf16_bw_frac']:>8.0%}{r['fp8_bw_frac']:>7.0%}  {'ok' if r['checks_ok'] else 'FAILED ' + str(r['checks'])}")
     s = summary
     if graph_ratios:
         print(f"CUDA graphs: median fp8/bf16 {s['median_graph_ratio']:.3f} (target <= 1.00), max {s['max_graph_ratio']:.3f} (target <= 1.03)"
               + ("" if s['min_graph_bw_frac_16k'] is None else f"; 16,384-token cases at {s['min_graph_bw_frac_16k']:.2%}..{s['max_graph_bw_frac_16k']:.2%} of copy"))
+        if s['median_graph_ratio_c'] is not None:
+            print(f"CUDA graphs, calibrated-layer scales (k 1.0, v 2.36): median fp8/bf16 {s['median_graph_ratio_c']:.3f}, max {s['max_graph_ratio_c']:.3f}"
+                  + ("" if s['min_graph_bw_frac_16k_c'] is None else f"; fp8 16,384-token cases from {s['min_graph_bw_frac_16k_c']:.2%} of copy"))
     if ratios:
         print(f"eager: median fp8/bf16 {s['median_ratio']:.3f} (target <= 1.00), max {s['max_ratio']:.3f} (target <= 1.03)"
               + ("" if s['min_bw_frac_16k'] is None else f"; 16,384-token cases at {s['min_bw_frac_16k']:.2%}..{s['max_bw_frac_16k']:.2%} of copy (target >= 80%)"))

@@ -5,8 +5,8 @@
 # %% auto #0
 __all__ = ['E4M3_MAX', 'E4M3_MIN_NORMAL', 'E4M3_MIN_SUBNORMAL', 'E4M3_MANTISSA_BITS', 'E4M3_EXP_BIAS', 'E4M3_NAN_CODE',
            'E4M3_DTYPE', 'SCALE_RANGE', 'e4m3_value', 'e4m3_grid', 'quantize_e4m3', 'dequantize_e4m3',
-           'tl_quantize_e4m3', 'check_scale_range', 'tl_rcp_scale', 'tl_div_scale', 'triton_target', 'kernel_device',
-           'quantize_e4m3_triton', 'band_stats']
+           'tl_quantize_e4m3', 'check_scale_range', 'tl_rcp_scale', 'tl_div_scale', 'tl_div_scale_bf16',
+           'triton_target', 'kernel_device', 'quantize_e4m3_triton', 'band_stats']
 
 # %% ../nbs/00_numerics.ipynb #9f9e4319
 import math, os
@@ -117,6 +117,13 @@ def tl_div_scale(x, s, y):
     q2 = tl.fma(tl.fma(q1, s, nx), ny, q1)
     return tl.where(tl.abs(q0) < 1024.0, q2, q0)
 
+@triton.jit
+def tl_div_scale_bf16(x, s, y):
+    "Triton device function (GPU only): fp32 `RN(x / s)` for `x` holding a bf16 value (8 significant bits), from `y = RN(1/s)`: a product and one FMA correction."
+    q0 = x * y
+    q1 = tl.fma(tl.fma(q0, s, x * -1.0), y * -1.0, q0)
+    return tl.where(tl.abs(q0) < 1024.0, q1, q0)
+
 # %% ../nbs/00_numerics.ipynb #33b93277
 def triton_target() -> str | None:
     "'cuda', 'interpreter', or None when Triton kernels cannot run here."
@@ -136,14 +143,17 @@ def _quantize_kernel(x_ptr, out_ptr, scale_ptr, n, BLOCK: tl.constexpr, NATIVE: 
     x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(scale_ptr)
     if NATIVE:                                     # the store's GPU path: divide-free quotient, hardware cast
-        y = tl_div_scale(x, s, tl_rcp_scale(s))
+        if x_ptr.dtype.element_ty == tl.bfloat16:  # 8 significant bits: one correction is exact
+            y = tl_div_scale_bf16(x, s, tl_rcp_scale(s))
+        else:
+            y = tl_div_scale(x, s, tl_rcp_scale(s))
     else:
         y = tl.math.div_rn(x, s)
     tl.store(out_ptr + offs, tl_quantize_e4m3(y, NATIVE), mask=mask)
 
 # %% ../nbs/00_numerics.ipynb #705f3e1a
 def quantize_e4m3_triton(x: torch.Tensor, scale=1.0, native: bool = False) -> torch.Tensor:
-    "`quantize_e4m3` by a Triton kernel: IEEE divide + `tl_quantize_e4m3` (GPU or interpreter), or with `native=True` (GPU only) the store's GPU path, `tl_div_scale` + the hardware cast."
+    "`quantize_e4m3` by a Triton kernel: IEEE divide + `tl_quantize_e4m3` (GPU or interpreter), or with `native=True` (GPU only) the store's GPU path, `tl_div_scale` (`tl_div_scale_bf16` for bf16 `x`) + the hardware cast."
     if triton_target() is None: raise RuntimeError("no Triton target: need a CUDA GPU or TRITON_INTERPRET=1 set before import")
     if native and triton_target() != "cuda": raise ValueError("native=True relies on the GPU's cast; the interpreter's cast does not round to nearest even")
     xc = x.contiguous().reshape(-1)

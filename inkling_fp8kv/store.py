@@ -9,7 +9,7 @@ __all__ = ['SMALL_TOKEN_THRESHOLD', 'REL_MODES', 'CONFIGS', 'write_path_bytes', 
 import torch
 import triton
 import triton.language as tl
-from .numerics import E4M3_DTYPE, check_scale_range, tl_quantize_e4m3, tl_div_scale, tl_rcp_scale, triton_target
+from .numerics import E4M3_DTYPE, check_scale_range, tl_quantize_e4m3, tl_div_scale_bf16, tl_rcp_scale, triton_target
 from .config import RankGeometry
 from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES, _check_slots, _check_scale
 
@@ -157,11 +157,17 @@ def _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok
     return kacc, vacc
 
 @triton.jit
+def _store_pair(k_dst, v_dst, d, store, k, v):
+    "Store a K and a V tile (rows masked by `store`)."
+    tl.store(k_dst[:, None] + d[None, :], k, mask=store[:, None])
+    tl.store(v_dst[:, None] + d[None, :], v, mask=store[:, None])
+
+@triton.jit
 def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
              conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
              k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
              D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr,
-             CONV_N: tl.constexpr, KV_B: tl.constexpr, C: tl.constexpr, FP8: tl.constexpr, SOFT_BF16: tl.constexpr):
+             CONV_N: tl.constexpr, KV_B: tl.constexpr, C: tl.constexpr, FP8: tl.constexpr, POW2: tl.constexpr, SOFT_BF16: tl.constexpr):
     if FP8:                                                             # issued first, inverted once the other loads are out
         k_scale = tl.load(k_scale_ptr)
         v_scale = tl.load(v_scale_ptr)
@@ -209,16 +215,20 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
         kf32 = (k_norm.to(tl.int32) << 16).to(tl.float32, bitcast=True)
         vf32 = (v_conv.to(tl.int32) << 16).to(tl.float32, bitcast=True)
         if SOFT_BF16:                                                   # the interpreter: IEEE divide, pre-rounded cast
-            k8 = tl_quantize_e4m3(tl.math.div_rn(kf32, k_scale))
-            v8 = tl_quantize_e4m3(tl.math.div_rn(vf32, v_scale))
+            _store_pair(k_dst, v_dst, d, store, tl_quantize_e4m3(tl.math.div_rn(kf32, k_scale)),
+                        tl_quantize_e4m3(tl.math.div_rn(vf32, v_scale)))
+        elif POW2:                                                      # one uniform branch per program, stores inside
+            if ((k_scale.to(tl.int32, bitcast=True) | v_scale.to(tl.int32, bitcast=True)) & 0x7FFFFF) == 0:
+                # both scales powers of two: 1/s is exact and x · (1/s) is the quotient itself, rounded once
+                _store_pair(k_dst, v_dst, d, store, tl_quantize_e4m3(kf32 * k_rcp, True), tl_quantize_e4m3(vf32 * v_rcp, True))
+            else:
+                _store_pair(k_dst, v_dst, d, store, tl_quantize_e4m3(tl_div_scale_bf16(kf32, k_scale, k_rcp), True),
+                            tl_quantize_e4m3(tl_div_scale_bf16(vf32, v_scale, v_rcp), True))
         else:                                                           # GPU: divide-free RN(x / s), hardware cast (00_numerics)
-            k8 = tl_quantize_e4m3(tl_div_scale(kf32, k_scale, k_rcp), True)
-            v8 = tl_quantize_e4m3(tl_div_scale(vf32, v_scale, v_rcp), True)
-        tl.store(k_dst[:, None] + d[None, :], k8, mask=store[:, None])
-        tl.store(v_dst[:, None] + d[None, :], v8, mask=store[:, None])
+            _store_pair(k_dst, v_dst, d, store, tl_quantize_e4m3(tl_div_scale_bf16(kf32, k_scale, k_rcp), True),
+                        tl_quantize_e4m3(tl_div_scale_bf16(vf32, v_scale, v_rcp), True))
     else:
-        tl.store(k_dst[:, None] + d[None, :], k_norm, mask=store[:, None])
-        tl.store(v_dst[:, None] + d[None, :], v_conv, mask=store[:, None])
+        _store_pair(k_dst, v_dst, d, store, k_norm, v_conv)
 
 # %% ../nbs/04_store.ipynb #7f043a74
 @triton.jit
@@ -242,7 +252,7 @@ def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
         _kv_rows(tok, T, (pid - n_q) % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
                  conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
                  k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
-                 D, OFF_K, OFF_V, W, CONV_N, KV_B, HKV * D, FP8, SOFT_BF16)
+                 D, OFF_K, OFF_V, W, CONV_N, KV_B, HKV * D, FP8, False, SOFT_BF16)
 
 @triton.jit
 def _tiled_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, tau_ptr, kcw_ptr, vcw_ptr, knw_ptr, eps,
@@ -264,7 +274,7 @@ def _tiled_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
         _kv_rows(tok, T, idx % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
                  conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
                  k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
-                 D, OFF_K, OFF_V, W, CONV_N, KV_B, HKV * D, FP8, SOFT_BF16)
+                 D, OFF_K, OFF_V, W, CONV_N, KV_B, HKV * D, FP8, True, SOFT_BF16)
     else:                                                               # BLOCK_M rows: q (first column block) + logits
         rows = (idx // E_PROGS) * BLOCK_M + tl.arange(0, BLOCK_M)
         col_prog = idx % E_PROGS

@@ -124,13 +124,17 @@ def main():
     bw = 2 * x.numel() / (timed(lambda: y.copy_(x)) * 1e-6) / 1e12
     log(kind="copy_bandwidth", tbps=bw); del x, y
     # --- a small sweep around the committed defaults, then the grid with the winners
-    dec = ATTN_CONFIGS["decode_fp8"]
-    cands = [dict(dec, **o) for o in (dict(), dict(lazy_skip=False), dict(split_waves=8), dict(split_waves=32), dict(num_stages=6),
-                                      dict(block_n=64, num_warps=2, num_stages=3), dict(block_n=16, num_stages=6))] + [dict(ATTN_CONFIGS["decode_bf16"])]
+    plain = dict(ATTN_CONFIGS["decode_fp8"], perm_v=False, maxnreg=None)   # V columns in cache order, no register cap
+    perm = dict(plain, perm_v=True)                                          # V columns reordered (see the 07 notebook)
+    wide = [dict(plain, block_n=64, num_warps=2, num_stages=3), dict(plain, block_n=16, num_stages=6)]
+    cands = [dict(perm, maxnreg=152), perm, plain] + [dict(plain, **o) for o in (dict(lazy_skip=False), dict(split_waves=8), dict(split_waves=32),
+                                                                                 dict(num_stages=6))] + wide + [dict(ATTN_CONFIGS["decode_bf16"])]
+    cands1 = [dict(c, split_waves=w) for c in [dict(perm, maxnreg=152), plain, dict(ATTN_CONFIGS["decode1_fp8"], perm_v=True)] + wide
+              + [dict(ATTN_CONFIGS["decode_bf16"])] for w in (2, 4)]
     cfg = {}
     for dt in (F8, BF):
         cfg[("decode", dt)] = pick("decode", dt, cands, 32, 65536, 16, 1, graph=False)
-        cfg[("decode1", dt)] = pick("decode1", dt, [dict(c, split_waves=w) for c in cands[:1] + cands[5:] for w in (2, 4)], 1, 65536, 16, 1, graph=True)
+        cfg[("decode1", dt)] = pick("decode1", dt, cands1, 1, 65536, 16, 1, graph=True)
     pre = ATTN_CONFIGS["prefill_fp8"]
     for dt in (F8, BF):
         cfg[("prefill", dt)] = pick("prefill", dt, [dict(pre), dict(pre, lazy_skip=True), dict(pre, num_stages=4), dict(pre, block_n=128, num_warps=8)]

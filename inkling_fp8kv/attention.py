@@ -35,7 +35,7 @@ def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, j0,
           BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
           MASKED: tl.constexpr, HAS_WINDOW: tl.constexpr,
           IS_FP8: tl.constexpr, P_OFFSET: tl.constexpr, EXACT_CAST: tl.constexpr, DOT_F32: tl.constexpr,
-          QK_F16: tl.constexpr, PV_F16: tl.constexpr, LAZY_SKIP: tl.constexpr):
+          QK_F16: tl.constexpr, PV_F16: tl.constexpr, LAZY_SKIP: tl.constexpr, PERM_V: tl.constexpr):
     offs_n = j0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     kv_ok = offs_n < kv_len
@@ -48,6 +48,9 @@ def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, j0,
     slot_v = blk * stride_vb + (offs_n % PAGE) * stride_vs + kv_head_off_v
     k = tl.load(K + slot_k[:, None] + offs_d[None, :], mask=kv_ok[:, None], other=0.0)
     v = tl.load(V + slot_v[:, None] + offs_d[None, :], mask=kv_ok[:, None], other=0.0)
+    if PERM_V:
+        # V's columns reordered, d = 32a + 4c + r -> 32a + 8r + c: see "The V operand in decode" (undone on the output)
+        v = tl.reshape(tl.permute(tl.reshape(v, [BLOCK_N, HEAD_DIM // 32, 8, 4]), [0, 1, 3, 2]), [BLOCK_N, HEAD_DIM])
     if DOT_F32:
         qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)))
     elif QK_F16:
@@ -99,6 +102,7 @@ def _prefill_kernel(Q, K, V, REL, OUT, BT, SEQ, CU,
                     HAS_WINDOW: tl.constexpr, IS_FP8: tl.constexpr, P_OFFSET: tl.constexpr,
                     EXACT_CAST: tl.constexpr, DOT_F32: tl.constexpr, QK_F16: tl.constexpr, PV_F16: tl.constexpr, LAZY_SKIP: tl.constexpr):
     BLOCK_M: tl.constexpr = BLOCK_Q * G
+    PERM_V: tl.constexpr = False
     pid_q = tl.program_id(0)
     b = tl.program_id(1)
     hkv = tl.program_id(2)
@@ -134,11 +138,11 @@ def _prefill_kernel(Q, K, V, REL, OUT, BT, SEQ, CU,
     for it in range(0, n_far):
         acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, lo + it * BLOCK_N, pos, tok_rel_off, head, row_valid,
                               sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
-                              BLOCK_N, HEAD_DIM, PAGE, False, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP)
+                              BLOCK_N, HEAD_DIM, PAGE, False, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
     for j0 in range(lo + n_far * BLOCK_N, hi, BLOCK_N):
         acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, j0, pos, tok_rel_off, head, row_valid,
                               sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
-                              BLOCK_N, HEAD_DIM, PAGE, True, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP)
+                              BLOCK_N, HEAD_DIM, PAGE, True, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None] * out_scale
     tl.store(OUT + t_glob[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :], o.to(OUT.dtype.element_ty), mask=row_valid[:, None])
@@ -150,7 +154,8 @@ def _decode_split_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
                          stride_rt, stride_rh, stride_btb, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
                          G: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
                          HAS_WINDOW: tl.constexpr, IS_FP8: tl.constexpr, P_OFFSET: tl.constexpr,
-                         EXACT_CAST: tl.constexpr, DOT_F32: tl.constexpr, QK_F16: tl.constexpr, PV_F16: tl.constexpr, LAZY_SKIP: tl.constexpr):
+                         EXACT_CAST: tl.constexpr, DOT_F32: tl.constexpr, QK_F16: tl.constexpr, PV_F16: tl.constexpr, LAZY_SKIP: tl.constexpr,
+                         PERM_V: tl.constexpr):
     b = tl.program_id(0)
     hkv = tl.program_id(1)
     sp = tl.program_id(2)
@@ -184,13 +189,15 @@ def _decode_split_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
     for j0 in range(start, far_end, BLOCK_N):
         acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, j0, pos, tok_rel_off, head, row_valid,
                               sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
-                              BLOCK_N, HEAD_DIM, PAGE, False, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP)
+                              BLOCK_N, HEAD_DIM, PAGE, False, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
     for j0 in range(far_end, end, BLOCK_N):
         acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, end, j0, pos, tok_rel_off, head, row_valid,
                               sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
-                              BLOCK_N, HEAD_DIM, PAGE, True, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP)
+                              BLOCK_N, HEAD_DIM, PAGE, True, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None]
+    if PERM_V:
+        o = tl.reshape(tl.permute(tl.reshape(o, [BLOCK_G, HEAD_DIM // 32, 4, 8]), [0, 1, 3, 2]), [BLOCK_G, HEAD_DIM])
     # log2-sum-exp of this split in true units: the 2**P_OFFSET pre-scale cancels here
     lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe) - P_OFFSET)
     ob = OPART + b.to(tl.int64) * stride_ob + sp * stride_os
@@ -225,11 +232,11 @@ ATTN_CONFIGS = {
     "decode_fp8": dict(block_n=32, num_warps=1, num_stages=5, split_waves=16, lazy_skip=True),
     "decode_bf16": dict(block_n=32, num_warps=1, num_stages=5, split_waves=16, lazy_skip=True),
     # a single decode request (batch 1): all its splits of one KV head in flight, wider key tiles win
-    "decode1_fp8": dict(block_n=64, num_warps=2, num_stages=3, split_waves=4, lazy_skip=False),
+    "decode1_fp8": dict(block_n=64, num_warps=2, num_stages=3, split_waves=4, lazy_skip=False, perm_v=True),
     "decode1_bf16": dict(block_n=64, num_warps=2, num_stages=3, split_waves=4, lazy_skip=False),
     # the interpreter: small tiles keep CI fast
     "prefill_interp": dict(block_q=8, block_n=32, num_warps=4, num_stages=1, lazy_skip=False),
-    "decode_interp": dict(block_n=32, num_warps=4, num_stages=1, split_waves=1, lazy_skip=True),
+    "decode_interp": dict(block_n=32, num_warps=4, num_stages=1, split_waves=1, lazy_skip=True, perm_v=True),
 }
 MAX_SPLITS = 256
 
@@ -311,7 +318,8 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), rel_logits.stride(0), rel_logits.stride(1),
             block_table.stride(0), opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
             G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_N=bn, QK_F16=fp8, PV_F16=fp8, LAZY_SKIP=cfg["lazy_skip"],
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
+            PERM_V=cfg.get("perm_v", False), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            **({} if interp or not cfg.get("maxnreg") else dict(maxnreg=cfg["maxnreg"])), **common)
         _decode_merge_kernel[(B, Hq)](opart, lse, out, cu_seqlens_q, v_scale, num_splits,
                                       opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
                                       out.stride(0), out.stride(1), BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=D)

@@ -27,6 +27,11 @@ def _p_to_mma(p, IS_FP8: tl.constexpr, EXACT_CAST: tl.constexpr):
         return p.to(tl.bfloat16)
 
 @triton.jit
+def _swap_cols(x, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, A: tl.constexpr, B: tl.constexpr):
+    # columns 32a + B·i + j -> 32a + A·j + i (i < A, j < B): (8, 4) reorders V's columns, (4, 8) puts them back
+    return tl.reshape(tl.permute(tl.reshape(x, [ROWS, HEAD_DIM // 32, A, B]), [0, 1, 3, 2]), [ROWS, HEAD_DIM])
+
+@triton.jit
 def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, j0,
           pos, tok_rel_off, head, row_valid,
           sm_scale_log2, threshold, E, W,
@@ -50,7 +55,7 @@ def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, j0,
     v = tl.load(V + slot_v[:, None] + offs_d[None, :], mask=kv_ok[:, None], other=0.0)
     if PERM_V:
         # V's columns reordered, d = 32a + 4c + r -> 32a + 8r + c: see "The V operand in decode" (undone on the output)
-        v = tl.reshape(tl.permute(tl.reshape(v, [BLOCK_N, HEAD_DIM // 32, 8, 4]), [0, 1, 3, 2]), [BLOCK_N, HEAD_DIM])
+        v = _swap_cols(v, BLOCK_N, HEAD_DIM, 8, 4)
     if DOT_F32:
         qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)))
     elif QK_F16:
@@ -197,7 +202,7 @@ def _decode_split_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None]
     if PERM_V:
-        o = tl.reshape(tl.permute(tl.reshape(o, [BLOCK_G, HEAD_DIM // 32, 4, 8]), [0, 1, 3, 2]), [BLOCK_G, HEAD_DIM])
+        o = _swap_cols(o, BLOCK_G, HEAD_DIM, 4, 8)
     # log2-sum-exp of this split in true units: the 2**P_OFFSET pre-scale cancels here
     lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe) - P_OFFSET)
     ob = OPART + b.to(tl.int64) * stride_ob + sp * stride_os

@@ -22,6 +22,8 @@ def _is_mask(ix) -> bool:
     return False
 
 def _to_cpu(args, kwargs) -> bool:
+    "A `.to(...)` that copies a device tensor to the host (moving a tensor to where it already is copies nothing)."
+    if not (args and isinstance(args[0], torch.Tensor)) or args[0].device.type == "cpu": return False
     devs = [a for a in (*args[1:], kwargs.get("device")) if isinstance(a, (str, torch.device))]
     return any(torch.device(d).type == "cpu" for d in devs)
 

@@ -9,7 +9,7 @@ __all__ = ['MAX_KV_GIB', 'MAX_TOKENS', 'VLLM_BLOCK_MULTIPLE', 'CONFIGS', 'SEED_B
            'environment_section', 'capacity_section', 'kernel_checks', 'run_kernel_checks', 'plot_attention_errors',
            'kernel_section', 'plot_rescale_sweep', 'rescale_section', 'write_report', 'run_report', 'main']
 
-# %% ../nbs/16_cli.ipynb #56b0e248
+# %% ../nbs/16_cli.ipynb #be294326
 import argparse, io, json, math, os, platform, subprocess, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,7 @@ from .config import inkling_small, tiny
 from .gate import resolve_kv_cache_dtype, capability_table
 from .capacity import SEED_SETTINGS, capacity_report, plan_pool, sensitivity_table, table_markdown, plot_fp8_gain
 
-# %% ../nbs/16_cli.ipynb #fc087f2e
+# %% ../nbs/16_cli.ipynb #1287dd5c
 MAX_KV_GIB = 16 * 1024     # KV memory per rank: 16 TiB is more than one host holds; a larger budget is a typo or a unit slip
 MAX_TOKENS = 2 ** 32       # max_model_len, max_num_batched_tokens: beyond any context a model is served at
 VLLM_BLOCK_MULTIPLE = 16   # vLLM 0.32: FlashAttention, Triton and FlexAttention declare MultipleOf(16)
@@ -44,7 +44,7 @@ def block_size_arg(text: str) -> int:
                                          f"{VLLM_BLOCK_MULTIPLE} (16, 32, 48, 64, ...), got {v}")
     return v
 
-# %% ../nbs/16_cli.ipynb #188d98d9
+# %% ../nbs/16_cli.ipynb #3f8eaefd
 CONFIGS = {"inkling-small": inkling_small, "tiny": tiny}
 SEED_BUDGET = 535_384 * 229_376    # the seed table's KV memory per rank (its fp8 block count x fp8 bytes per block): 114.37 GiB
 REPORT_SETTING = (131_072, 16_384)  # the report's default (max_model_len, max_num_batched_tokens), a row of the seed's table
@@ -95,7 +95,7 @@ def _add_capacity_parser(sub):
     cp.add_argument("--json", action="store_true", help="print JSON instead of text")
     return cp
 
-# %% ../nbs/16_cli.ipynb #4ab2c5ee
+# %% ../nbs/16_cli.ipynb #bfd3b25b
 @dataclass
 class Section:
     "One part of the report: terminal lines, a markdown body, plots (file name -> figure), numbers, and a verdict."
@@ -117,7 +117,7 @@ class ReportContext:
     quick: bool
     shared: dict = field(default_factory=dict)
 
-# %% ../nbs/16_cli.ipynb #30e59fc2
+# %% ../nbs/16_cli.ipynb #b42a7bc5
 def _verdict(kind) -> str: return f"{kind.name} via {' > '.join(kind.backends)}"
 
 def resolve_device(requested: str = "auto", *, cuda_available: bool | None = None, capability=None, platform_name: str | None = None) -> dict:
@@ -146,7 +146,7 @@ def environment(device: str) -> dict:
                       else "native Triton on the GPU, in a child process")
     return env
 
-# %% ../nbs/16_cli.ipynb #b330ec59
+# %% ../nbs/16_cli.ipynb #cf6f8862
 def environment_section(ctx: ReportContext) -> Section:
     "Versions, the device and the gate's verdicts."
     e, g = ctx.env, ctx.device["gate"]
@@ -192,7 +192,7 @@ def capacity_section(ctx: ReportContext) -> Section:
                         pools={dt: dict(num_blocks=p.num_blocks, pool_tokens=p.pool_tokens, max_concurrency=p.max_concurrency) for dt, p in plans.items()},
                         sensitivity=rows))
 
-# %% ../nbs/16_cli.ipynb #b7e05a93
+# %% ../nbs/16_cli.ipynb #5e2c8e5e
 ATTN_TOL = dict(fp8=dict(max_abs=0.15, rel_fro=3e-2), bf16=dict(max_abs=math.inf, rel_fro=1e-2))   # 07's tolerances
 ATTN_CASES = {   # name -> (requests [(id, cached, new)], rel extent E, window); the first two run in --quick
     "prefill + chunked prefill + decodes, global E=128": ([("a", 0, 40), ("b", 150, 33), ("c", 300, 1), ("d", 57, 1)], 128, None),
@@ -315,7 +315,7 @@ def run_kernel_checks(device: str, *, quick: bool, seed: int, timeout: float = 1
         raise RuntimeError(f"the kernel-check process exited with status {proc.returncode}; its output: {proc.stdout[-2000:]!r}")
     return json.loads(line[len(KERNEL_MARK):])
 
-# %% ../nbs/16_cli.ipynb #d9c13e68
+# %% ../nbs/16_cli.ipynb #0c7039dd
 def _fig():
     from matplotlib.figure import Figure   # no pyplot: no backend, no global state
     return Figure(figsize=(9, 3.6), layout="constrained")
@@ -361,7 +361,7 @@ def kernel_section(ctx: ReportContext) -> Section:
     except ImportError as e: md += ["", f"(plot skipped: {e})"]
     return Section("kernels", "Kernels on fresh random data", summary, "\n".join(md), store_ok and attn_ok, plots, r)
 
-# %% ../nbs/16_cli.ipynb #6683665c
+# %% ../nbs/16_cli.ipynb #3f19db19
 def plot_rescale_sweep(sweep: list, bound: float):
     "Emulator error and clipped share of P against the lazy-rescale threshold, with the bound and the stress tolerance."
     from inkling_fp8kv.rescale import STRESS_REL_FRO, SAFE_RESCALE_THRESHOLD
@@ -412,7 +412,7 @@ def rescale_section(ctx: ReportContext) -> Section:
     except ImportError as e: md += ["", f"(plot skipped: {e})"]
     return Section("rescale", "The lazy-rescale bound", summary, "\n".join(md), ok, plots, dict(bound=bound, sweep=sweep, kernel=live))
 
-# %% ../nbs/16_cli.ipynb #c22919b3
+# %% ../nbs/16_cli.ipynb #d54fe3d4
 # The report's sections, in order: each is `(ReportContext) -> Section`. The tiny-model paired evaluation (bf16 vs fp8
 # on the embedded model, `evaluate`, quick mode on a CPU) is not built yet; it plugs in as one more function appended here.
 REPORT_SECTIONS = [environment_section, capacity_section, kernel_section, rescale_section]
@@ -490,7 +490,7 @@ def run_report(a, rp, sections=None) -> int:
     print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'PASS'}")
     return 1 if failed else 0
 
-# %% ../nbs/16_cli.ipynb #e4dca4ac
+# %% ../nbs/16_cli.ipynb #4745c1ef
 def _add_report_parser(sub):
     rp = sub.add_parser("report", help="the main job: environment and gate, capacity, kernel checks, the rescale bound -> a report folder",
                         description="Measure what fp8 changes on this machine and write report.md, report.json and plots.")

@@ -377,10 +377,15 @@ def _warmup_keys(self: InklingAttention, **limits) -> tuple:
     "Sorted `WarmupKey`s of every forward a server with these limits (`max_num_seqs`, `max_num_batched_tokens`, `max_model_len`) can run."
     return tuple(sorted(self._warmup_plan(**limits)))
 
-def _scratch_meta(self: InklingAttention, T: int, B: int, mq: int, mk: int, bt: int, cbt: int) -> BatchMeta:
-    "Metadata of a batch with this shape that writes nothing: every slot −1, every table entry block 0."
-    q_lens = [1] * B if mq == 1 else [mq] * (B - 1) + [T - (B - 1) * mq]
-    seq_lens = [mk] + [1] * (B - 1) if mq == 1 else q_lens
+def _scratch_lens(T: int, B: int, mq: int, mk: int) -> tuple:
+    "`(q_lens, seq_lens)` of one batch with `T` tokens in `B` requests, longest query `mq`, longest sequence `mk`."
+    if mq == 1: return [1] * B, [mk] + [1] * (B - 1)
+    q_lens = [mq] * (B - 1) + [T - (B - 1) * mq]
+    return q_lens, q_lens
+
+def _scratch_meta(self: InklingAttention, q_lens: list, seq_lens: list, bt: int, cbt: int) -> BatchMeta:
+    "Metadata of a batch with these lengths that writes nothing: every slot −1, every table entry block 0, tables `bt`/`cbt` wide."
+    T, B, mq = sum(q_lens), len(q_lens), max(q_lens)
     cu = [0]
     for n in q_lens: cu.append(cu[-1] + n)
     dev, i32, i64 = self.q_scale.device, dict(dtype=torch.int32, device=self.q_scale.device), dict(dtype=torch.int64, device=self.q_scale.device)
@@ -400,7 +405,7 @@ def _warmup(self: InklingAttention, **limits) -> int:
     cbt = limits.get("conv_block_table_width") or -(-limits["max_model_len"] // self.conv_block_size)
     for T, B, mq, mk in plan.values():
         x = torch.zeros(T, self.geom.qkvr_width, dtype=torch.bfloat16, device=self.q_scale.device)
-        self(x, self._scratch_meta(T, B, mq, mk, bt, cbt))
+        self(x, self._scratch_meta(*_scratch_lens(T, B, mq, mk), bt, cbt))
     return len(plan)
 
 InklingAttention._warmup_plan = _warmup_plan

@@ -8,7 +8,7 @@ __all__ = ['INKLING_VLLM_MODULES', 'probe_imports', 'offline_vllm_config', 'serv
            'collect_kv_cache_specs', 'vllm_plan', 'plan_summary', 'gate_vs_vllm', 'gate_for_vllm',
            'use_attention_class', 'fp8_classes', 'finalize_fp8_scales', 'fp8_attention_forward', 'register']
 
-# %% ../nbs/14_vllm.ipynb #9c266e54
+# %% ../nbs/14_vllm.ipynb #4bbb635b
 import functools, json, os, shutil, subprocess, sys, tempfile
 from contextlib import contextmanager
 from dataclasses import replace
@@ -16,11 +16,11 @@ import torch
 from .config import InklingConfig
 from .gate import resolve_kv_cache_dtype, KVCacheDtype
 from .capacity import PoolPlan
-from .reference import PrepWeights
+from .reference import BatchMeta
 from .scales import check_scale_coverage, validate_scale
-from . import attention, descale, store
+from .layer import InklingAttention as CoreAttention
 
-# %% ../nbs/14_vllm.ipynb #66d74466
+# %% ../nbs/14_vllm.ipynb #245b29b0
 INKLING_VLLM_MODULES = ("vllm.models.inkling", "vllm.models.inkling.configs", "vllm.models.inkling.nvidia.sconv_swa_attn",
                         "vllm.models.inkling.nvidia.attention", "vllm.models.inkling.nvidia.model", "vllm.models.inkling.nvidia.ops.qkvr_prep",
                         "vllm.models.inkling.nvidia.ops.fa4_rel_attention", "vllm.models.inkling.amd.attention", "vllm.models.inkling.amd.model")
@@ -52,7 +52,7 @@ def probe_imports(modules=INKLING_VLLM_MODULES, *, timeout: float = 600) -> dict
         todo = todo[todo.index(started) + 1:]
     return out
 
-# %% ../nbs/14_vllm.ipynb #11fc6f3c
+# %% ../nbs/14_vllm.ipynb #ce28760d
 def offline_vllm_config(*, max_model_len: int = 131_072, max_num_batched_tokens: int = 16_384, block_size: int = 16,
                         cache_dtype: str = "auto", kv_cache_layout: str = "LBNHC"):
     "A `VllmConfig` built without network or weights (a tiny HF config in a temp folder), for vLLM's KV planning code."
@@ -89,7 +89,7 @@ def serving_settings(vllm_config, *, max_model_len: int, max_num_batched_tokens:
     finally:
         mc.max_model_len, sc.max_num_batched_tokens, sc.async_scheduling, cc.num_gpu_blocks_override, cc.block_size, cc.cache_dtype = saved
 
-# %% ../nbs/14_vllm.ipynb #f5553083
+# %% ../nbs/14_vllm.ipynb #bd0dabd2
 def init_cpu_vllm(vllm_config) -> None:
     "Set up vLLM's tensor-parallel state as a world of one rank (gloo), so vLLM layers can be built on a CPU."
     from vllm.config import set_current_vllm_config
@@ -101,7 +101,7 @@ def init_cpu_vllm(vllm_config) -> None:
                                      distributed_init_method="file://" + os.path.join(tempfile.mkdtemp(prefix="inkling_fp8kv_dist_"), "init"))
         initialize_model_parallel(1, 1)
 
-# %% ../nbs/14_vllm.ipynb #a9cadf11
+# %% ../nbs/14_vllm.ipynb #e9b04381
 def vllm_kv_cache_specs(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, block_size: int = 16) -> dict:
     "Per-rank KV-cache specs of every Inkling layer as vLLM spec objects, named and ordered as vLLM registers them."
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVQuantMode, SlidingWindowSpec
@@ -140,7 +140,7 @@ def inkling_config_from_vllm(hf_config) -> InklingConfig:
                          log_scaling_alpha=c.log_scaling_alpha, log_scaling_n_floor=c.log_scaling_n_floor, rms_norm_eps=c.rms_norm_eps,
                          vocab_size=c.vocab_size, intermediate_size=c.intermediate_size)
 
-# %% ../nbs/14_vllm.ipynb #a303b5f0
+# %% ../nbs/14_vllm.ipynb #1d294d94
 def build_vllm_layers(vllm_config, cfg: InklingConfig, layer_ids=None, *, attention_cls=None) -> dict:
     "Build vLLM's `InklingConvState` + attention layers for `cfg` as its decoder layer does (`cfg` becomes the model config): name -> module."
     from vllm.config import set_current_vllm_config
@@ -174,7 +174,7 @@ def collect_kv_cache_specs(vllm_config) -> dict:
         out[name] = customize_attention_spec(layer.get_attn_backend(), spec) if isinstance(spec, AttentionSpec) else spec
     return out
 
-# %% ../nbs/14_vllm.ipynb #394a8534
+# %% ../nbs/14_vllm.ipynb #b9989798
 def _kind(names, spec) -> str:
     if all(n.endswith(".conv_state") for n in names): return "conv"
     return "full" if type(spec).__name__ == "FullAttentionSpec" else "sliding"
@@ -202,7 +202,7 @@ def plan_summary(plan: PoolPlan) -> dict:
     return dict(num_blocks=plan.num_blocks, bytes_per_block=plan.bytes_per_block, max_concurrency=plan.max_concurrency, pool_tokens=plan.pool_tokens,
                 groups=tuple((g.kind, g.block_size, g.layer_names, g.blocks_per_request) for g in plan.groups))
 
-# %% ../nbs/14_vllm.ipynb #6179ab70
+# %% ../nbs/14_vllm.ipynb #520415b2
 def gate_vs_vllm(*, capability=(9, 0), platform: str = "cuda") -> list:
     "For every `--kv-cache-dtype` string vLLM accepts: vLLM's quant mode and storage dtype beside the gate's verdict."
     import typing
@@ -220,7 +220,7 @@ def gate_vs_vllm(*, capability=(9, 0), platform: str = "cuda") -> list:
         rows.append(row)
     return rows
 
-# %% ../nbs/14_vllm.ipynb #c2dffbe8
+# %% ../nbs/14_vllm.ipynb #9dbacde4
 def gate_for_vllm(kv_cache_dtype: str, *, platform: str | None = None, capability=None) -> KVCacheDtype:
     "The gate for a layer built inside vLLM: `platform`/`capability` default to vLLM's `current_platform`."
     if platform is None:
@@ -252,7 +252,7 @@ def use_attention_class(cls):
     try: yield cls
     finally: inkling_model.InklingAttention = old
 
-# %% ../nbs/14_vllm.ipynb #ab04f77a
+# %% ../nbs/14_vllm.ipynb #9ed3a1f1
 @functools.cache
 def fp8_classes() -> dict:
     "Build (once) the vLLM subclasses: `Fp8InklingAttention`, `InklingFp8ForCausalLM`, `InklingFp8ForConditionalGeneration`."
@@ -262,7 +262,7 @@ def fp8_classes() -> dict:
     from vllm.v1.kv_cache_interface import KVQuantMode
 
     class Fp8InklingAttention(InklingAttention):
-        "vLLM's Inkling attention with the fp8 e4m3 KV cache: gate at construction, q_scale, kv_quant_mode, e4m3 cache views."
+        "vLLM's Inkling attention with the fp8 e4m3 KV cache: gate at construction, q_scale, kv_quant_mode, the forward through `layer.InklingAttention`."
         def __init__(self, config, **kw):
             vllm_config = get_current_vllm_config()
             cache_dtype = vllm_config.cache_config.cache_dtype if vllm_config.cache_config is not None else "auto"
@@ -270,8 +270,11 @@ def fp8_classes() -> dict:
             with _skip_fa4_warmup(vllm_config, kv.quantized): super().__init__(config, **kw)
             self.kv = kv
             self.register_buffer("q_scale", torch.ones((), dtype=torch.float32))
-            self.descales = None                        # host floats, set by refresh_descales() after every (re)load
-            self.geom = _rank_geometry(vllm_config, self.is_local) if kv.quantized else None   # what this package's kernels take
+            self._descales = None                       # bf16 layers: host floats, set by refresh_descales()
+            # the fp8 forward: this package's layer, holding this layer's own parameters and scale buffers (shared, not copied).
+            # A plain attribute, not a submodule, so vLLM sees each tensor once, under its own name.
+            self.__dict__["core"] = _core_layer(self, vllm_config, cache_dtype, kv) if kv.quantized else None
+            self.geom = self.core.geom if kv.quantized else None
 
         def get_kv_cache_spec(self, vllm_config):
             return replace(super().get_kv_cache_spec(vllm_config), kv_quant_mode=KVQuantMode[self.kv.kv_quant_mode])
@@ -281,10 +284,18 @@ def fp8_classes() -> dict:
             if self.kv.quantized: k, v = k.view(self.kv.compute_dtype), v.view(self.kv.compute_dtype)
             return k, v
 
+        @property
+        def descales(self) -> dict | None:
+            "The host floats of q/k/v_scale cached at the last (re)load."
+            return self.core.descales if self.core is not None else self._descales
+
         def refresh_descales(self) -> dict:
-            "Validate the q/k/v scales (`scales.validate_scale`) and cache them as host floats, so the forward never syncs on them."
-            self.descales = {n: validate_scale(f"{self.prefix}.{n}", getattr(self, n)) for n in ("q_scale", "k_scale", "v_scale")}
-            return self.descales
+            "Validate the q/k/v scales and cache them as host floats (the core's `process_weights_after_loading`), so the forward never syncs on them."
+            if self.core is None:
+                self._descales = {n: validate_scale(f"{self.prefix}.{n}", getattr(self, n)) for n in ("q_scale", "k_scale", "v_scale")}
+                return dict(self._descales)
+            _share_tensors(self, self.core)             # vLLM may have replaced a tensor since (weight processing, a move)
+            return self.core.process_weights_after_loading()
 
         def forward(self, positions, hidden_states, log_scaling=None):
             if not self.kv.quantized: return super().forward(positions, hidden_states, log_scaling)
@@ -309,7 +320,7 @@ def __getattr__(name):
     if name in ("Fp8InklingAttention", "InklingFp8ForCausalLM", "InklingFp8ForConditionalGeneration"): return fp8_classes()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-# %% ../nbs/14_vllm.ipynb #47409254
+# %% ../nbs/14_vllm.ipynb #ab840e3f
 def finalize_fp8_scales(model, loaded: set):
     "After (re)loading weights: validate and cache every fp8 layer's scales; the coverage report (+ warning) of `loaded`, or None without fp8 layers."
     layers = {n: m for n, m in model.named_modules() if hasattr(m, "refresh_descales")}
@@ -317,53 +328,60 @@ def finalize_fp8_scales(model, loaded: set):
     quantized = [n for n, m in layers.items() if m.kv.quantized]
     return check_scale_coverage(loaded, quantized) if quantized else None
 
-# %% ../nbs/14_vllm.ipynb #96f21e82
-def _prep_weights(layer) -> PrepWeights:
-    "The prep's weights as views of the layer's parameters."
-    return PrepWeights(k_conv_w=layer.k_sconv.weight.squeeze(1), v_conv_w=layer.v_sconv.weight.squeeze(1), q_norm_w=layer.q_norm.weight,
-                       k_norm_w=layer.k_norm.weight, rel_proj=layer.rel_logits_proj.proj)
+# %% ../nbs/14_vllm.ipynb #41629cff
+_SHARED = (("q_norm", "weight"), ("k_norm", "weight"), ("rel_logits_proj", "proj"), ("k_sconv", "weight"), ("v_sconv", "weight"))
 
-def _rank_geometry(vllm_config, local: bool):
+def _share_tensors(layer, core: CoreAttention) -> None:
+    "Point the core's parameters and scale buffers at the vLLM layer's own tensors (no copy)."
+    for mod, name in _SHARED:
+        setattr(getattr(core, mod), name, getattr(getattr(layer, mod), name))
+    for n in ("q_scale", "k_scale", "v_scale"): setattr(core, n, getattr(layer, n))
+
+def _core_layer(layer, vllm_config, cache_dtype: str, kv: KVCacheDtype) -> CoreAttention:
+    "This package's layer for a vLLM Inkling attention layer: same config, TP rank geometry, gate verdict; its tensors are the vLLM layer's."
     from vllm.distributed import get_tensor_model_parallel_world_size
     cfg = inkling_config_from_vllm(vllm_config.model_config.hf_text_config)
-    return cfg.rank(get_tensor_model_parallel_world_size(), local)
+    idx = int(layer.prefix.split("layers.")[-1].split(".")[0])
+    core = CoreAttention(cfg, idx, tp=get_tensor_model_parallel_world_size(), kv_cache_dtype=cache_dtype, capability=kv.capability,
+                         platform=kv.platform, kernels="triton", device=layer.q_norm.weight.device)
+    g = core.geom
+    if (g.num_heads, g.num_kv_heads, g.window, g.rel_extent, core.is_local) != (layer.num_heads, layer.num_kv_heads, layer.local_extent,
+                                                                               layer.local_extent if layer.is_local else cfg.rel_extent, layer.is_local):
+        raise ValueError(f"{layer.prefix}: vLLM's layer and the config disagree on the geometry ({g})")
+    core.prefix = layer.prefix                       # messages name the tensors as vLLM does
+    _share_tensors(layer, core)
+    core.process_weights_after_loading()
+    return core
 
-def _fp8_attention(layer, q8: torch.Tensor, rel_logits: torch.Tensor, out: torch.Tensor) -> None:
-    "Relative attention on the layer's e4m3 cache views into `out` (metadata from vLLM's forward context)."
+def _core_forward(layer, positions: torch.Tensor, qkvr: torch.Tensor, out: torch.Tensor) -> None:
+    "The core's forward on vLLM's caches and metadata (from the forward context) into `out`."
     from vllm.forward_context import get_forward_context
-    md, d = get_forward_context().attn_metadata[layer.prefix], layer.descales
-    k8, v8 = layer._split_kv_cache()
-    nt = md.num_actual_tokens
-    attention.rel_attention(q8[:nt], k8, v8, rel_logits[:nt], block_table=md.block_table, seq_lens=md.seq_lens,
-                            cu_seqlens_q=md.query_start_loc, max_seqlen_q=md.max_query_len, max_seqlen_k=md.max_seq_len,
-                            softmax_scale=descale.fold_descales(layer.scaling, d["q_scale"], d["k_scale"]),
-                            window=layer.local_extent, v_scale=d["v_scale"], out=out[:nt])
+    md_all = get_forward_context().attn_metadata
+    md, conv_md, core = md_all[layer.prefix], md_all[layer.conv_owner.prefix], layer.core
+    if core.kv_cache is not layer.kv_cache or core.conv_cache is not layer.conv_owner.kv_cache:
+        core.bind_cache(layer.kv_cache, layer.conv_owner.kv_cache)   # vLLM binds its caches after construction
+    meta = BatchMeta(req_ids=[], positions=positions, seq_idx=conv_md.seq_idx, query_start=conv_md.query_start, seq_lens=md.seq_lens,
+                     cu_seqlens_q=md.query_start_loc, max_seqlen_q=md.max_query_len, max_seqlen_k=md.max_seq_len,
+                     num_actual_tokens=md.num_actual_tokens, block_table=md.block_table, slot_mapping=md.slot_mapping,
+                     conv_block_table=conv_md.block_table, conv_slot_mapping=conv_md.slot_mapping)
+    core(qkvr, meta, out=out)
 
 @functools.cache
-def _eager_fp8_attention():
+def _eager_core_forward():
     from vllm.compilation.breakable_cudagraph import eager_break_during_capture
-    return eager_break_during_capture(_fp8_attention)
+    return eager_break_during_capture(_core_forward)
 
 def fp8_attention_forward(layer, positions, hidden_states, log_scaling=None) -> torch.Tensor:
-    "fp8 forward of an `Fp8InklingAttention` through this package's kernels (prep with quant-on-store, q quant, fold, attention)."
+    "fp8 forward of an `Fp8InklingAttention`: vLLM's qkvr projection, `layer.InklingAttention` on vLLM's caches and metadata, vLLM's o-projection."
     from vllm.forward_context import get_forward_context
-    attn_metadata = get_forward_context().attn_metadata
     T = hidden_states.shape[0]
     qkvr, _ = layer.qkvr(hidden_states)
     out = torch.zeros((T, layer.num_heads, layer.head_dim), dtype=qkvr.dtype, device=qkvr.device)
-    if isinstance(attn_metadata, dict):
-        conv_md, md = attn_metadata[layer.conv_owner.prefix], attn_metadata[layer.prefix]
-        if layer.descales is None: layer.refresh_descales()     # weights that did not come through load_weights
-        k8, v8 = layer._split_kv_cache()
-        q, rel = store.qkvr_prep(qkvr, _prep_weights(layer), geom=layer.geom, positions=positions, seq_idx=conv_md.seq_idx,
-                                 query_start=conv_md.query_start, conv_cache=layer.conv_owner.kv_cache, conv_block_table=conv_md.block_table,
-                                 conv_slot_mapping=conv_md.slot_mapping, k_cache=k8, v_cache=v8, slot_mapping=md.slot_mapping,
-                                 tau=None if layer.is_local else log_scaling, eps=layer.q_norm.variance_epsilon,
-                                 k_scale=layer.k_scale, v_scale=layer.v_scale, validate=False)
-        _eager_fp8_attention()(layer, descale.quantize_query(q, layer.q_scale), rel, out)
+    if isinstance(get_forward_context().attn_metadata, dict):   # a profiling run has no metadata: the output stays zero
+        _eager_core_forward()(layer, positions, qkvr, out)
     return layer.wo_ud(out.view(T, -1))[0]
 
-# %% ../nbs/14_vllm.ipynb #9961f274
+# %% ../nbs/14_vllm.ipynb #b1437ede
 def register() -> None:
     "vLLM plugin entry point: serve both Inkling architectures through the fp8-capable classes (not on ROCm)."
     from vllm import ModelRegistry

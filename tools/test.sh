@@ -17,7 +17,7 @@ export TRITON_INTERPRET=1 MPLBACKEND=Agg HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL=${V
 t1=$(date +%s)
 n=$(ls nbs/*.ipynb | grep -v '/_' | wc -l)
 set +e
-nbdev_test --n_workers "${N_WORKERS:-2}" --timing 2>&1 | tee .nbdev_test.log
+nbdev_test --flags vllm --n_workers "${N_WORKERS:-2}" --timing 2>&1 | tee .nbdev_test.log
 rc=${PIPESTATUS[0]}
 set -e
 failed=$(grep -c '==>' .nbdev_test.log || true)

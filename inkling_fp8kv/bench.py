@@ -906,7 +906,8 @@ def render_write_path_parts(res: dict, write: dict | None = None) -> str:
          f"(fill) rate of {100 * fill:.0f} % of copy measured in the same run: " + ("the store stream is not the limit." if min(rel) >= fill - 0.02 else "below the fill rate."),
          f"- **The K/V programs** alone reach {100 * min(kv['float8_e4m3fn']):.0f}–{100 * max(kv['float8_e4m3fn']):.0f} % in fp8 and "
          f"{100 * min(kv['bfloat16']):.0f}–{100 * max(kv['bfloat16']):.0f} % in bf16; their fp8 time is {min(kvt):.3f}–{max(kvt):.3f}× their bf16 time"
-         + (": fp8 saves their bytes but not their time, so they are not bandwidth-bound." if min(kvt) > 0.95 else ".")]
+         + (": fp8 saves their bytes but not their time, so they are not bandwidth-bound. That points at folding the K/V work into the "
+            "logit programs of the same tokens, so that its latency hides inside the store-bound stream instead of beside it." if min(kvt) > 0.95 else ".")]
     if write and _day(write) > _day(res):
         L.append(f"- Measured on {_day(res)}, before the write-path kernels of {_day(write)} (the file above): the split shows where the time went "
                  f"then; `python bench/write_path_parts.py` re-measures it.")

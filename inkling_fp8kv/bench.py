@@ -655,14 +655,16 @@ def peers_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
     rows = []
     for case, (B, Sq, kv) in (PEER_CASES_SMOKE if smoke else PEER_CASES_QUICK if quick else PEER_CASES).items():
         modes = ("replay", "eager") if Sq == 1 else ("eager",)     # a prefill takes milliseconds: launch overhead does not matter
-        fns = {dt: ours(paged_attention_inputs(B, kv, heads["Hq"], Sq, E4M3_DTYPE if dt == "fp8" else torch.bfloat16, E=heads["E"],
-                                               Hkv=heads["Hkv"], device=device, seed=kv + Sq)) for dt in ("fp8", "bf16")}
-        times = {dt: {m: [] for m in modes} for dt in fns}
-        for r in range(2):                                                      # two rounds, the order alternating
-            for dt in (("fp8", "bf16") if r == 0 else ("bf16", "fp8")):
-                for m in modes: times[dt][m].append(time_us(fns[dt], timing_for(device, m)))
-        rows += [_peer_row(case, B, Sq, kv, heads, "ours", dt, t) for dt, t in times.items()]
-        del fns
+        try:
+            fns = {dt: ours(paged_attention_inputs(B, kv, heads["Hq"], Sq, E4M3_DTYPE if dt == "fp8" else torch.bfloat16, E=heads["E"],
+                                                   Hkv=heads["Hkv"], device=device, seed=kv + Sq)) for dt in ("fp8", "bf16")}
+            times = {dt: {m: [] for m in modes} for dt in fns}
+            for r in range(2):                                                  # two rounds, the order alternating
+                for dt in (("fp8", "bf16") if r == 0 else ("bf16", "fp8")):
+                    for m in modes: times[dt][m].append(time_us(fns[dt], timing_for(device, m)))
+            rows += [_peer_row(case, B, Sq, kv, heads, "ours", dt, t) for dt, t in times.items()]
+            del fns
+        except Exception as e: rows += [dict(case=case, B=B, Sq=Sq, kv=kv, **heads, peer="ours", dtype=dt, error=_err(e)) for dt in ("fp8", "bf16")]
         dense = dense_inputs(B, Sq, kv, **heads, device=device, seed=kv + Sq)
         peers = dict(sdpa_nobias=(lambda: sdpa_nobias(dense), modes), flex_scoremod=(lambda: flex_scoremod(dense, compile=on_gpu(device)), ("eager",)))
         if fa4: peers.update(fa4_scoremod=(lambda: fa4_call(dense, bias=True), ("eager",)), fa4_nobias=(lambda: fa4_call(dense, bias=False), ("eager",)))

@@ -1,13 +1,13 @@
 """Engine throughput and admission, fp8 vs bf16 KV, on the embedded tiny Inkling (GPU).
 
-    PYTHONPATH=$PWD python bench/engine.py [--out bench/results/engine.json]
+    PYTHONPATH=$PWD python bench/engine.py [--out DIR]   (writes DIR/engine.json; default $OUT, else bench/results)
 
 Throughput: 32 concurrent requests of 8,192-token prompts, 256 greedy new tokens each, through `model.Engine` (Triton kernels,
 paged caches, chunked prefill under 8,192 batched tokens); output tokens/s end to end, prefill and decode step rates.
 Admission: how many such requests each dtype admits at a fixed cache budget, beside `capacity.plan_pool`'s prediction for the
 same geometry.
 """
-import argparse, json, platform, sys, time
+import argparse, json, os, platform, sys, time
 from pathlib import Path
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ def admitted(model, budget, length, new):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="bench/results/engine.json")
+    ap.add_argument("--out", default=os.environ.get("OUT") or "bench/results", help="output folder")
     ap.add_argument("--requests", type=int, default=N_REQ)
     ap.add_argument("--prompt", type=int, default=PROMPT)
     ap.add_argument("--new", type=int, default=NEW)
@@ -76,8 +76,9 @@ def main():
     res["fp8_vs_bf16_token_agreement"] = round(float(agree), 4)
     res["env"] = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__,
                       python=platform.python_version(), date=time.strftime("%Y-%m-%d"), command="python " + " ".join(sys.argv))
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
+    out = Path(a.out) / "engine.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1) + "\n")
     t, ad = res["throughput"], res["admission"]
     print(f"\n| KV dtype | output tok/s | prefill tok/s | decode step ms | admitted @ {BUDGET >> 20} MiB | plan_pool |")
     print("|---|---|---|---|---|---|")

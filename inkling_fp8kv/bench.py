@@ -728,6 +728,7 @@ register_suite(Suite("peers", "fa4_peer.json", "fa4_peer.py", "attention at the 
 register_suite(Suite("attention", "attention.json", "attention.py", "the attention grid and its launch sweep", None,
                      script_args=lambda quick: ["--fa4"] if fa4_version() else []))
 register_suite(Suite("decode_splits", "decode_splits.json", "decode_splits.py", "decode split counts between the grid's batch sizes", None))
+register_suite(Suite("engine", "engine.json", "engine.py", "the tiny Inkling served by model.Engine: throughput fp8 vs bf16 and admission vs plan_pool", 3))
 
 # %% ../nbs/15_bench.ipynb #650123a2
 def check_device(device) -> None:

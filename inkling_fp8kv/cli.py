@@ -7,9 +7,10 @@ __all__ = ['MAX_KV_GIB', 'MAX_TOKENS', 'VLLM_BLOCK_MULTIPLE', 'CONFIGS', 'SEED_B
            'ATTN_CASES', 'STORE_CASES', 'KERNEL_MARK', 'REPORT_SECTIONS', 'NOT_YET', 'number_arg', 'block_size_arg',
            'available_bytes', 'capacity_cmd', 'Section', 'ReportContext', 'resolve_device', 'environment',
            'environment_section', 'capacity_section', 'kernel_checks', 'run_kernel_checks', 'plot_attention_errors',
-           'kernel_section', 'plot_rescale_sweep', 'rescale_section', 'write_report', 'run_report', 'run_bench', 'main']
+           'kernel_section', 'plot_rescale_sweep', 'rescale_section', 'model_section', 'write_report', 'run_report',
+           'run_bench', 'run_calibrate', 'main']
 
-# %% ../nbs/16_cli.ipynb #be294326
+# %% ../nbs/16_cli.ipynb #219697e9
 import argparse, io, json, math, os, platform, subprocess, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from .config import inkling_small, tiny
 from .gate import resolve_kv_cache_dtype, capability_table
 from .capacity import SEED_SETTINGS, capacity_report, plan_pool, sensitivity_table, table_markdown, plot_fp8_gain
 
-# %% ../nbs/16_cli.ipynb #1287dd5c
+# %% ../nbs/16_cli.ipynb #c470cbf9
 MAX_KV_GIB = 16 * 1024     # KV memory per rank: 16 TiB is more than one host holds; a larger budget is a typo or a unit slip
 MAX_TOKENS = 2 ** 32       # max_model_len, max_num_batched_tokens: beyond any context a model is served at
 VLLM_BLOCK_MULTIPLE = 16   # vLLM 0.32: FlashAttention, Triton and FlexAttention declare MultipleOf(16)
@@ -44,7 +45,7 @@ def block_size_arg(text: str) -> int:
                                          f"{VLLM_BLOCK_MULTIPLE} (16, 32, 48, 64, ...), got {v}")
     return v
 
-# %% ../nbs/16_cli.ipynb #3f8eaefd
+# %% ../nbs/16_cli.ipynb #aa337bee
 CONFIGS = {"inkling-small": inkling_small, "tiny": tiny}
 SEED_BUDGET = 535_384 * 229_376    # the seed table's KV memory per rank (its fp8 block count x fp8 bytes per block): 114.37 GiB
 REPORT_SETTING = (131_072, 16_384)  # the report's default (max_model_len, max_num_batched_tokens), a row of the seed's table
@@ -95,7 +96,7 @@ def _add_capacity_parser(sub):
     cp.add_argument("--json", action="store_true", help="print JSON instead of text")
     return cp
 
-# %% ../nbs/16_cli.ipynb #bfd3b25b
+# %% ../nbs/16_cli.ipynb #5c9f02af
 @dataclass
 class Section:
     "One part of the report: terminal lines, a markdown body, plots (file name -> figure), numbers, and a verdict."
@@ -117,7 +118,7 @@ class ReportContext:
     quick: bool
     shared: dict = field(default_factory=dict)
 
-# %% ../nbs/16_cli.ipynb #b42a7bc5
+# %% ../nbs/16_cli.ipynb #5d2c1945
 def _verdict(kind) -> str: return f"{kind.name} via {' > '.join(kind.backends)}"
 
 def resolve_device(requested: str = "auto", *, cuda_available: bool | None = None, capability=None, platform_name: str | None = None) -> dict:
@@ -146,7 +147,7 @@ def environment(device: str) -> dict:
                       else "native Triton on the GPU, in a child process")
     return env
 
-# %% ../nbs/16_cli.ipynb #cf6f8862
+# %% ../nbs/16_cli.ipynb #729865a3
 def environment_section(ctx: ReportContext) -> Section:
     "Versions, the device and the gate's verdicts."
     e, g = ctx.env, ctx.device["gate"]
@@ -192,7 +193,7 @@ def capacity_section(ctx: ReportContext) -> Section:
                         pools={dt: dict(num_blocks=p.num_blocks, pool_tokens=p.pool_tokens, max_concurrency=p.max_concurrency) for dt, p in plans.items()},
                         sensitivity=rows))
 
-# %% ../nbs/16_cli.ipynb #5e2c8e5e
+# %% ../nbs/16_cli.ipynb #70e544e7
 ATTN_TOL = dict(fp8=dict(max_abs=0.15, rel_fro=3e-2), bf16=dict(max_abs=math.inf, rel_fro=1e-2))   # 07's tolerances
 ATTN_CASES = {   # name -> (requests [(id, cached, new)], rel extent E, window); the first two run in --quick
     "prefill + chunked prefill + decodes, global E=128": ([("a", 0, 40), ("b", 150, 33), ("c", 300, 1), ("d", 57, 1)], 128, None),
@@ -315,7 +316,7 @@ def run_kernel_checks(device: str, *, quick: bool, seed: int, timeout: float = 1
         raise RuntimeError(f"the kernel-check process exited with status {proc.returncode}; its output: {proc.stdout[-2000:]!r}")
     return json.loads(line[len(KERNEL_MARK):])
 
-# %% ../nbs/16_cli.ipynb #0c7039dd
+# %% ../nbs/16_cli.ipynb #0cfe3714
 def _fig():
     from matplotlib.figure import Figure   # no pyplot: no backend, no global state
     return Figure(figsize=(9, 3.6), layout="constrained")
@@ -361,7 +362,7 @@ def kernel_section(ctx: ReportContext) -> Section:
     except ImportError as e: md += ["", f"(plot skipped: {e})"]
     return Section("kernels", "Kernels on fresh random data", summary, "\n".join(md), store_ok and attn_ok, plots, r)
 
-# %% ../nbs/16_cli.ipynb #3f19db19
+# %% ../nbs/16_cli.ipynb #4bc6841b
 def plot_rescale_sweep(sweep: list, bound: float):
     "Emulator error and clipped share of P against the lazy-rescale threshold, with the bound and the stress tolerance."
     from inkling_fp8kv.rescale import STRESS_REL_FRO, SAFE_RESCALE_THRESHOLD
@@ -412,11 +413,38 @@ def rescale_section(ctx: ReportContext) -> Section:
     except ImportError as e: md += ["", f"(plot skipped: {e})"]
     return Section("rescale", "The lazy-rescale bound", summary, "\n".join(md), ok, plots, dict(bound=bound, sweep=sweep, kernel=live))
 
-# %% ../nbs/16_cli.ipynb #d54fe3d4
-# The report's sections, in order: each is `(ReportContext) -> Section`. The tiny-model paired evaluation (bf16 vs fp8
-# on the embedded model, `evaluate`, quick mode on a CPU) is not built yet; it plugs in as one more function appended here.
-REPORT_SECTIONS = [environment_section, capacity_section, kernel_section, rescale_section]
-NOT_YET = "the tiny-model paired evaluation (bf16 vs fp8 on the embedded model): the model is not in this version"
+# %% ../nbs/16_cli.ipynb #c4bc2a52
+def model_section(ctx: ReportContext) -> Section:
+    "The tiny-model paired evaluation (quick), with the committed full run's scorecard when the checkout has it."
+    from inkling_fp8kv.evaluate import quick_eval
+    gpu = ctx.device["device"] == "cuda"
+    n, depth = (48, 1024) if gpu else (12, 300)
+    r = quick_eval(n=n, depth=depth, device=ctx.device["device"], progress=True)
+    acc = {a: v["accuracy"][str(depth)] for a, v in r["arm"].items()}
+    ok = acc["bf16"] >= 0.9 and acc["fp8_calibrated"] >= acc["fp8_unity"]
+    clip = {c["layer"]: c["clip_unity"] for c in r["clip"] if c["stream"] == "v" and c["clip_unity"] > 0}
+    md = [f"Planted tiny Inkling (V channels of the global layer × {2 ** 10}), n = {n} prompts at depth {depth}, "
+          f"{r['kernels']} kernels, {r['seconds']:.0f} s. Descriptive at this n.", "",
+          "| arm | retrieval accuracy | top-1 agreement with bf16 | max perplexity change vs bf16 |", "|---|---:|---:|---:|"]
+    md += [f"| {a} | {acc[a]:.0%} | {v['top1_agreement']:.1%} | {max(abs(d['ppl_change']) for d in v['drift'].values()):.2%} |" for a, v in r["arm"].items()]
+    md += ["", f"V clip at unity scale (store-site observer): " + (", ".join(f"layer {i}: {c:.1%}" for i, c in clip.items()) or "none"),
+           f"Calibrated V scales above 1: " + (", ".join(f"layer {i}: {s['v_scale']:.1f}" for i, s in r["scales"].items() if s["v_scale"] > 1) or "none")]
+    root = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
+    full = root / "bench" / "results" / "evaluate.json"
+    if full.exists():
+        ev = json.loads(full.read_text())
+        pl, cl = ev["models"]["planted"], ev["models"]["clean"]
+        md += ["", f"Committed full run ({ev['env']['gpu']}, {ev['env']['date']}, n = {pl['n']} per depth at {', '.join(map(str, pl['depths']))}): "
+               f"clean calibrated fp8 inside the control band: {'yes' if cl['arm']['fp8_calibrated']['inside_band'] else 'no'}; planted unity fp8 McNemar p = "
+               + ", ".join(f"{pl['arm']['fp8_unity']['paired'][str(d)]['p']:.1g}" for d in pl["depths"]) +
+               f"; planted calibrated fp8 inside the band: {'yes' if pl['arm']['fp8_calibrated']['inside_band'] else 'no'}."]
+    summary = [" · ".join(f"{a} {acc[a]:.0%}" for a in acc) + f" (n={n} at depth {depth}; descriptive)"]
+    return Section("model", "The tiny Inkling: paired bf16 vs fp8", summary, "\n".join(md), ok, data=dict(accuracy=acc, n=n, depth=depth, clip=clip))
+
+# %% ../nbs/16_cli.ipynb #ef1102c0
+# The report's sections, in order: each is `(ReportContext) -> Section`; a new one is one more function appended here.
+REPORT_SECTIONS = [environment_section, capacity_section, kernel_section, rescale_section, model_section]
+NOT_YET = ""          # what the report does not cover yet (printed when non-empty)
 
 def _write_atomic(path: Path, data: bytes):
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -440,7 +468,7 @@ def write_report(out: Path, sections: list, head: dict) -> list:
     verdict = {True: "pass", False: "**FAIL**", None: "facts"}
     md = ["# inkling-fp8kv report", "", f"{head['date']} · device {head['device']} · {head['seconds']:.0f} s · seed {head['seed']}"
           + (" · quick" if head["quick"] else ""), "", "| section | verdict |", "|---|---|"]
-    md += [f"| {s.title} | {verdict[s.ok]} |" for s in sections] + ["", f"Not in this report yet: {NOT_YET}."]
+    md += [f"| {s.title} | {verdict[s.ok]} |" for s in sections] + (["", f"Not in this report yet: {NOT_YET}."] if NOT_YET else [])
     files = []
     for s in sections:
         md += ["", f"## {s.title}", "", s.markdown]
@@ -448,7 +476,7 @@ def write_report(out: Path, sections: list, head: dict) -> list:
             _write_atomic(out / name, _png(fig)); files.append(name)
             md += ["", f"![{name}]({name})"]
     _write_atomic(out / "report.md", ("\n".join(md) + "\n").encode())
-    data = dict(head, sections={s.name: dict(title=s.title, ok=s.ok, summary=s.summary, data=s.data) for s in sections}, not_yet=[NOT_YET])
+    data = dict(head, sections={s.name: dict(title=s.title, ok=s.ok, summary=s.summary, data=s.data) for s in sections}, not_yet=[NOT_YET] if NOT_YET else [])
     _write_atomic(out / "report.json", json.dumps(data, indent=1, default=str).encode())
     return ["report.md", "report.json", *files]
 
@@ -485,12 +513,12 @@ def run_report(a, rp, sections=None) -> int:
     for s in done:
         for j, line in enumerate(s.summary): print(f"{tag[s.ok] if j == 0 else '    '}  {s.name if j == 0 else '':<12} {line}")
     failed = [s.name for s in done if s.ok is False]
-    print(f"not yet: {NOT_YET}")
+    if NOT_YET: print(f"not yet: {NOT_YET}")
     print(f"wrote {', '.join(files)} to {out} in {time.time() - t0:.0f} s")
     print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'PASS'}")
     return 1 if failed else 0
 
-# %% ../nbs/16_cli.ipynb #3d3f2c7e
+# %% ../nbs/16_cli.ipynb #3cabc8c1
 def _suite_list(text: str) -> list:
     "`--suite`: `all` (every registered suite, in order) or registered names, comma-separated."
     from inkling_fp8kv.bench import SUITES
@@ -532,7 +560,41 @@ def run_bench(a, bp, argv: list) -> int:
     print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'all suites ran'}")
     return 1 if failed else 0
 
-# %% ../nbs/16_cli.ipynb #4745c1ef
+# %% ../nbs/16_cli.ipynb #1b437541
+def _add_calibrate_parser(sub):
+    kp = sub.add_parser("calibrate", help="per-layer K/V scales from store-site ranges, written into a checkpoint (or a copy)",
+                        description="Observe a checkpoint's K/V ranges at the store sites and write per-layer k/v scales.")
+    kp.add_argument("checkpoint", help="checkpoint folder (config.json + model.safetensors.index.json)")
+    kp.add_argument("--out", default=None, help="write a calibrated copy here (required for the shipped tiny model or a read-only checkpoint)")
+    kp.add_argument("--task", choices=("retrieval",), default="retrieval", help="calibration prompts from the synthetic task (default)")
+    kp.add_argument("--data", default=None, help="JSONL file, one token-id list per line (instead of --task)")
+    kp.add_argument("--num-samples", type=number_arg(int, 0, 100_000), default=16, help="calibration sequences (default 16)")
+    kp.add_argument("--safety", type=number_arg(float, 1.0, 100.0, lo_inclusive=True), default=1.3, help="headroom over amax (default 1.3)")
+    kp.add_argument("--dry-run", action="store_true", help="observe and print the scales; write nothing")
+    kp.add_argument("--declare-kv-scheme", action="store_true", help="record fp8 KV in config.json's quantization_config")
+    kp.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    return kp
+
+def run_calibrate(a, kp) -> int:
+    "Run the `calibrate` subcommand on parsed arguments (errors: one line through `kp`, exit 2, nothing written)."
+    from inkling_fp8kv.calibrate import CheckpointError, calibrate_checkpoint, calibration_batches, markdown_table
+    try:
+        dev = None if a.device == "auto" else a.device
+        if dev == "cuda" and not torch.cuda.is_available(): raise ValueError("--device cuda: torch sees no CUDA GPU")
+        batches = calibration_batches(a.task, data=a.data, num_samples=a.num_samples)
+        t0 = time.time()
+        r = calibrate_checkpoint(a.checkpoint, a.out, batches=batches, safety=a.safety, dry_run=a.dry_run,
+                                 declare_kv_scheme=a.declare_kv_scheme, device=dev, progress=True)
+    except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
+        kp.error(str(e).splitlines()[0])
+    rows = [dict(layer=x["layer"], type=x["type"], stream=x["stream"], amax=x["amax"], p9999=x["p9999"], scale=x["scale"],
+                 clip_before=x["clip_unity"], clip_after=x["clip_scaled"]) for x in r["table"] if x["stream"] in ("k", "v")]
+    print(markdown_table(rows))
+    print(f"observed {r['ranges'].tokens:,} tokens in {time.time() - t0:.0f} s")
+    print("dry run: nothing written" if a.dry_run else r["written"].summary())
+    return 0
+
+# %% ../nbs/16_cli.ipynb #269ca879
 def _add_report_parser(sub):
     rp = sub.add_parser("report", help="the main job: environment and gate, capacity, kernel checks, the rescale bound -> a report folder",
                         description="Measure what fp8 changes on this machine and write report.md, report.json and plots.")
@@ -548,9 +610,10 @@ def main(argv=None) -> int:
     "Entry point of the `inkling-fp8kv` command; returns the exit status (argument errors exit 2 through argparse)."
     p = argparse.ArgumentParser(prog="inkling-fp8kv", description="fp8 e4m3 KV cache for Inkling")
     sub = p.add_subparsers(dest="cmd", required=True)
-    rp, cp, bp = _add_report_parser(sub), _add_capacity_parser(sub), _add_bench_parser(sub)
+    rp, cp, bp, kp = _add_report_parser(sub), _add_capacity_parser(sub), _add_bench_parser(sub), _add_calibrate_parser(sub)
     a = p.parse_args(argv)
     if a.cmd == "bench": return run_bench(a, bp, sys.argv[1:] if argv is None else list(argv))
+    if a.cmd == "calibrate": return run_calibrate(a, kp)
     if a.cmd == "capacity":
         try: print(capacity_cmd(a))
         except ValueError as e: cp.error(str(e))

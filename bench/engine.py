@@ -76,6 +76,7 @@ def main():
     res["fp8_vs_bf16_token_agreement"] = round(float(agree), 4)
     res["env"] = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__,
                       python=platform.python_version(), date=time.strftime("%Y-%m-%d"), command="python " + " ".join(sys.argv))
+    res.update({k: res["env"][k] for k in ("gpu", "torch", "triton", "date", "command")})   # the header every results file carries
     out = Path(a.out) / "engine.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")

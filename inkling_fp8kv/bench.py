@@ -16,7 +16,7 @@ __all__ = ['HEADER_KEYS', 'TIMINGS', 'WRITE_TOKENS', 'WRITE_SCALES', 'WRITE_TARG
            'write_path_reading', 'write_sweep_reading', 'plot_write_path', 'render_write_path',
            'render_write_path_parts', 'render_layer', 'plot_layer', 'render_peers', 'plot_peers', 'attention_tables',
            'attention_reading', 'plot_attention', 'render_attention', 'render_decode_splits', 'render_notes',
-           'summary_markdown']
+           'render_engine', 'render_evaluate', 'summary_markdown']
 
 # %% ../nbs/15_bench.ipynb #761268d1
 import argparse, contextlib, datetime, json, math, os, platform, statistics, subprocess, sys, tempfile, time
@@ -1122,8 +1122,29 @@ def render_notes(notes: dict) -> str:
             if text: out.append(f"- `{k}` ({_day(v) or _day(d)}): {text}")
     return "\n".join(out)
 
+def render_engine(r: dict) -> str:
+    "The engine suite (`bench/engine.py`): throughput fp8 vs bf16 and admission beside `plan_pool` (the 12 page reads it)."
+    e, t, ad = r["env"], r["throughput"], r["admission"]
+    rows = [[dt, f"{t[dt]['output_tok_s']:.0f}", f"{t[dt]['prefill_tok_s']:,.0f}", f"{t[dt]['decode_step_ms_median']:.1f}",
+             str(ad[dt]["engine_admitted"]), f"{ad[dt]['plan_pool_max_concurrency']:.2f}"] for dt in t]
+    w = r["workload"]
+    return "\n\n".join([f"{e['gpu']}, torch {e['torch']}, Triton {e['triton']}, {e['date']}; command `{e['command']}`. "
+                         f"{w['requests']} requests × {w['prompt_tokens']:,} prompt tokens, {w['new_tokens']} new (see [model](12_model.html)).",
+                         _table(["KV", "output tok/s", "prefill tok/s", "decode step ms", f"admitted at {ad['bfloat16']['cache_bytes'] >> 20} MiB", "plan_pool"], rows)])
+
+def render_evaluate(r: dict) -> str:
+    "The paired evaluation (`tools/evaluate_tiny.py`): accuracy by depth and band verdicts per arm (the 13 page reads it in full)."
+    e, rows = r["env"], []
+    for name, m in r["models"].items():
+        for arm, a in m["arm"].items():
+            rows.append([name, arm, " / ".join(f"{a['accuracy'][str(d)]:.1%}" for d in m["depths"]), "yes" if a["inside_band"] else "no"])
+    d = next(iter(r["models"].values()))["depths"]
+    return "\n\n".join([f"{e['gpu']}, torch {e['torch']}, {e['date']}; command `{e['command']}` (see [evaluate](13_evaluate.html)).",
+                         _table(["model", "arm", "accuracy @ " + " / ".join(map(str, d)), "inside the control band"], rows)])
+
 RENDER = dict(write_path=render_write_path, write_path_parts=render_write_path_parts, layer=render_layer, fa4_peer=render_peers,
-              attention=render_attention, decode_splits=render_decode_splits)
+              attention=render_attention, decode_splits=render_decode_splits,
+              engine=render_engine, evaluate=render_evaluate)
 
 def summary_markdown(name: str, res: dict) -> str:
     "The rendering of suite `name`'s results (what the scripts and the `bench` command print after a run)."

@@ -29,7 +29,8 @@ def main():
 def write(res, a):
     dev = torch.device(a.device) if a.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     res["env"] = dict(gpu=torch.cuda.get_device_name() if dev.type == "cuda" else platform.processor() or "cpu", torch=torch.__version__,
-                      python=platform.python_version(), date=time.strftime("%Y-%m-%d"), command="python " + " ".join(sys.argv))
+                      triton=__import__("triton").__version__, python=platform.python_version(), date=time.strftime("%Y-%m-%d"), command="python " + " ".join(sys.argv))
+    res.update({k: res["env"][k] for k in ("gpu", "torch", "triton", "date", "command")})   # the header every results file carries
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=1) + "\n")
 

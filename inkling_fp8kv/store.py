@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 from .numerics import E4M3_DTYPE, check_scale_range, tl_quantize_e4m3, tl_div_scale_bf16, tl_rcp_scale, triton_target
 from .config import RankGeometry
-from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES, _check_scale
+from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES
 
 # %% ../nbs/04_store.ipynb #4ef3cc3c
 SMALL_TOKEN_THRESHOLD = 128          # upstream: below this many tokens, one fused launch

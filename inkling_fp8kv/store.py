@@ -347,12 +347,14 @@ def _repeats(s: torch.Tensor) -> torch.Tensor:
     return torch.zeros(T, dtype=torch.bool, device=s.device).scatter(0, order[1:], srt[1:] == srt[:-1])
 
 def _conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, num_blocks: int, N: int) -> list:
-    "Per-token masks of the conv taps read from the cache: table too narrow, `seq_idx` not a row, block id out of range."
+    """Per-token masks of the conv taps read from the cache: table too narrow, `seq_idx` not a row, block id out of range,
+    and a cell this same call writes (the taps would race with the insert: the reference reads the cache before it)."""
     T = positions.shape[0]
     rows = torch.arange(T, device=positions.device)
-    pos, qs, req, live = positions.long(), query_start.long(), seq_idx.long(), conv_slot_mapping.long() >= 0
+    pos, qs, req, cs = positions.long(), query_start.long(), seq_idx.long(), conv_slot_mapping.long()
+    live, written = cs >= 0, torch.sort(torch.where(cs >= 0, cs, -1)).values        # the cells this call inserts into
     R, C = conv_block_table.shape
-    narrow, no_row, bad_blk = (torch.zeros(T, dtype=torch.bool, device=positions.device) for _ in range(3))
+    narrow, no_row, bad_blk, racy = (torch.zeros(T, dtype=torch.bool, device=positions.device) for _ in range(4))
     for i in range(SCONV_WIDTH - 1):
         src, row = pos - (SCONV_WIDTH - 1) + i, rows - (SCONV_WIDTH - 1) + i
         cached = live & (src >= 0) & (row < qs)                              # this tap comes from an earlier forward
@@ -361,8 +363,12 @@ def _conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slo
         narrow, no_row = narrow | w, no_row | r
         if R and C:
             blk = conv_block_table[req.clamp(0, R - 1), logical.clamp(max=C - 1)].long()
-            bad_blk = bad_blk | (cached & ~w & ~r & ((blk < 0) | (blk >= num_blocks)))
-    return [narrow, no_row, bad_blk]
+            ok = cached & ~w & ~r & (blk >= 0) & (blk < num_blocks)
+            bad_blk = bad_blk | (cached & ~w & ~r & ~ok)
+            cell = blk * N + src.clamp(min=0) % N
+            hit = written[torch.searchsorted(written, cell).clamp(max=T - 1)] == cell   # membership by a sorted search: no sync
+            racy = racy | (ok & hit)
+    return [narrow, no_row, bad_blk, racy]
 
 def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, slot_mapping, *,
                          num_slots: int, num_conv_blocks: int, N: int, scales: dict):
@@ -395,9 +401,17 @@ def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv
     if k == 5: raise ValueError(f"conv_block_table has {conv_block_table.shape[1]} columns; token {t} (position {p}) reads a conv tap from the cache "
                                 f"at a position that needs more (conv block size {N})")
     if k == 6: raise ValueError(f"seq_idx[{t}] = {r} is not a row of conv_block_table, [0, {conv_block_table.shape[0]}), and token {t} reads conv taps from the cache")
-    row = conv_block_table[r].tolist()
-    c, v = next((c, v) for c, v in enumerate(row) if not 0 <= v < num_conv_blocks)
-    raise ValueError(f"conv_block_table[{r}, {c}] = {v} is not a block of the conv cache, [0, {num_conv_blocks}) (read by token {t}'s conv taps)")
+    if k == 7:
+        row = conv_block_table[r].tolist()
+        c, v = next((c, v) for c, v in enumerate(row) if not 0 <= v < num_conv_blocks)
+        raise ValueError(f"conv_block_table[{r}, {c}] = {v} is not a block of the conv cache, [0, {num_conv_blocks}) (read by token {t}'s conv taps)")
+    cs, qs, row = conv_slot_mapping.tolist(), int(query_start[t]), conv_block_table[r].tolist()
+    taps = [p - (SCONV_WIDTH - 1) + i for i in range(SCONV_WIDTH - 1) if p - (SCONV_WIDTH - 1) + i >= 0 and t - (SCONV_WIDTH - 1) + i < qs]
+    src = next(s for s in taps if row[s // N] * N + s % N in cs)                  # the cached tap whose cell is written here
+    cell = row[src // N] * N + src % N
+    raise ValueError(f"token {t} (position {p}, query_start[{t}] = {qs}) reads its conv tap at position {src} from the conv cache, cell {cell} "
+                     f"(conv_block_table[{r}, {src // N}] = {row[src // N]}), which conv_slot_mapping[{cs.index(cell)}] writes in the same call: "
+                     f"the taps would race with the insert; positions, query_start and the conv metadata disagree")
 
 def write_path_bytes(geom: RankGeometry, num_tokens: int, kv_dtype=torch.bfloat16) -> int:
     "DRAM bytes one prep moves at minimum: qkvr read + conv-cache insert + K/V store + q and rel_logits writes."

@@ -6,7 +6,7 @@
 __all__ = ['GUARD_BLOCKS', 'NAN_BITS', 'PREP_CFG', 'CASES', 'Guarded', 'triton_debug', 'attention_spec', 'attention_case',
            'prep_spec', 'prep_case', 'Worker']
 
-# %% ../nbs/07b_validation.ipynb #341782d6
+# %% ../nbs/07b_validation.ipynb #4376c63e
 import dataclasses, math, multiprocessing
 from contextlib import contextmanager
 import torch
@@ -18,7 +18,7 @@ from .store import qkvr_prep
 from .attention import rel_attention
 
 
-# %% ../nbs/07b_validation.ipynb #3da661b6
+# %% ../nbs/07b_validation.ipynb #a1c448c6
 GUARD_BLOCKS = 2
 NAN_BITS = {torch.bfloat16: (torch.int16, 0x7FC0), E4M3_DTYPE: (torch.uint8, 0x7F)}
 
@@ -38,7 +38,7 @@ class Guarded:
         return bool((bits[:self.guard] == code).all() and (bits[self.full.shape[0] - self.guard:] == code).all())
 
 
-# %% ../nbs/07b_validation.ipynb #775358e6
+# %% ../nbs/07b_validation.ipynb #5f856699
 PREP_CFG = tiny(rel_extent=32, sliding_window=16, log_scaling_n_floor=8)   # the store notebook's test model
 
 def _unit_rms(x): return x / x.pow(2).mean(-1, keepdim=True).sqrt()
@@ -60,7 +60,7 @@ def _scale(s):
     return torch.tensor([s[1]], dtype=torch.float32) if isinstance(s, (tuple, list)) else s
 
 
-# %% ../nbs/07b_validation.ipynb #a96ad28b
+# %% ../nbs/07b_validation.ipynb #158fe9fb
 def attention_spec(requests, *, page: int = 16, fp8: bool = False, window=None, Hq: int = 4, Hkv: int = 2, E: int | None = None,
                    seed: int = 0, spare: int = 2) -> dict:
     """A valid `attention_case` spec for `requests = [(num_cached, num_new), ...]`, laid out by `reference.build_batch` (`spare` unused
@@ -109,7 +109,7 @@ def attention_case(spec: dict) -> dict:
     return res
 
 
-# %% ../nbs/07b_validation.ipynb #446b1379
+# %% ../nbs/07b_validation.ipynb #75fe56b2
 def prep_spec(requests, *, page: int = 8, conv_block_size: int = 4, fp8: bool = False, local: bool = False, tp: int = 2,
               path: str = "tiled", scales=(0.5, 2.0), seed: int = 0, spare: int = 2) -> dict:
     "A valid `prep_case` spec for `requests = [(num_cached, num_new), ...]` (attention and conv groups laid out by `build_batch`)."
@@ -169,7 +169,7 @@ def prep_case(spec: dict) -> dict:
     return res
 
 
-# %% ../nbs/07b_validation.ipynb #3681e1c7
+# %% ../nbs/07b_validation.ipynb #5bea2ce8
 CASES = dict(attention_case=attention_case, prep_case=prep_case)
 
 def _worker_main(conn):

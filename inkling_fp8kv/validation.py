@@ -199,8 +199,11 @@ class Worker:
         if self.proc is None or not self.proc.is_alive(): self._start()
         self.conn.send((name, spec))
         if self.conn.poll(self.timeout):
-            try: return self.conn.recv()
-            except (EOFError, ConnectionError): pass                     # the process died mid-case
+            try: res = self.conn.recv()
+            except (EOFError, ConnectionError): res = None                # the process died mid-case
+            if res is not None:
+                if res["status"] == "error" and "CUDA" in res["msg"]: self.close()   # a dead CUDA context: start afresh
+                return res
             self.proc.join(5)
             return dict(status="crashed", exitcode=self.proc.exitcode)
         self.proc.kill(); self.proc.join()

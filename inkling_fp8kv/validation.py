@@ -6,6 +6,18 @@
 __all__ = ['GUARD_BLOCKS', 'NAN_BITS', 'PREP_CFG', 'CASES', 'Guarded', 'triton_debug', 'attention_spec', 'attention_case',
            'prep_spec', 'prep_case', 'Worker']
 
+# %% ../nbs/07b_validation.ipynb #4376c63e
+import dataclasses, math, multiprocessing
+from contextlib import contextmanager
+import torch
+from .numerics import E4M3_DTYPE, SCALE_RANGE, quantize_e4m3, triton_target, kernel_device
+from .config import tiny
+from .reference import (BlockAllocator, build_batch, fill_garbage_, reference_prep, random_prep_weights,
+                                     log_scaling_tau, rel_attention_ref)
+from .store import qkvr_prep
+from .attention import rel_attention
+
+
 # %% ../nbs/07b_validation.ipynb #a1c448c6
 GUARD_BLOCKS = 2
 NAN_BITS = {torch.bfloat16: (torch.int16, 0x7FC0), E4M3_DTYPE: (torch.uint8, 0x7F)}

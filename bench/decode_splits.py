@@ -29,7 +29,7 @@ def main():
             row = dict(dtype=str(dt)[6:], B=B, splits_new=new, splits_old=old)
             for tag, n in (("new", new), ("old", old)):
                 us = timed(lambda: rel_attention(q, k, v, rel, block_table=bt, seq_lens=sl, cu_seqlens_q=cu, max_seqlen_q=1, softmax_scale=1 / 128,
-                                                 max_seqlen_k=65536, out=out, num_splits=n), graph=True)
+                                                 max_seqlen_k=65536, out=out, num_splits=n, validate=False), graph=True)
                 row[f"us_{tag}"], row[f"copy_frac_{tag}"] = us, kv_bytes(B, 65536, dt) / (us * 1e-6) / 1e12 / bw
             res["rows"].append(row); print(json.dumps(row), flush=True)
             del q, k, v, rel; torch.cuda.empty_cache()

@@ -7,7 +7,7 @@ __all__ = ['ATTN_CONFIGS', 'MAX_SPLITS', 'TML_FA4_MODULES', 'BACKENDS', 'decode_
            'tml_fa4_arguments', 'select_backend', 'rel_attention']
 
 # %% ../nbs/07_attention.ipynb #aa86092e
-import math
+import math, struct
 import torch
 import triton
 import triton.language as tl
@@ -32,7 +32,7 @@ def _swap_cols(x, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, A: tl.constexpr, B
     return tl.reshape(tl.permute(tl.reshape(x, [ROWS, HEAD_DIM // 32, A, B]), [0, 1, 3, 2]), [ROWS, HEAD_DIM])
 
 @triton.jit
-def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, j0,
+def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, kv_len, j0,
           pos, tok_rel_off, head, row_valid,
           sm_scale_log2, threshold, E, W,
           stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh,
@@ -49,6 +49,8 @@ def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, j0,
         blk = tl.load(bt_row + j0 // PAGE).to(tl.int64)
     else:
         blk = tl.load(bt_row + offs_n // PAGE, mask=kv_ok, other=0).to(tl.int64)
+    # compiled in only under TRITON_DEBUG=1: the trusted path's block ids checked on the device (see notebook 07b)
+    tl.device_assert((blk >= 0) & (blk < num_blocks), "block_table entry outside [0, num_blocks)")
     slot_k = blk * stride_kb + (offs_n % PAGE) * stride_ks + kv_head_off_k
     slot_v = blk * stride_vb + (offs_n % PAGE) * stride_vs + kv_head_off_v
     k = tl.load(K + slot_k[:, None] + offs_d[None, :], mask=kv_ok[:, None], other=0.0)
@@ -98,9 +100,9 @@ def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, j0,
         acc = tl.dot(p_mma, v, acc)
     return acc, l_i, m_new
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_blocks"])
 def _prefill_kernel(Q, K, V, REL, OUT, BT, SEQ, CU,
-                    sm_scale_log2, threshold, out_scale, E, W,
+                    sm_scale_log2, threshold, out_scale, E, W, num_blocks,
                     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                     stride_rt, stride_rh, stride_ot, stride_oh, stride_btb,
                     G: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
@@ -141,20 +143,20 @@ def _prefill_kernel(Q, K, V, REL, OUT, BT, SEQ, CU,
     kh = hkv.to(tl.int64) * stride_kh
     vh = hkv.to(tl.int64) * stride_vh
     for it in range(0, n_far):
-        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, lo + it * BLOCK_N, pos, tok_rel_off, head, row_valid,
+        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, kv_len, lo + it * BLOCK_N, pos, tok_rel_off, head, row_valid,
                               sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
                               BLOCK_N, HEAD_DIM, PAGE, False, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
     for j0 in range(lo + n_far * BLOCK_N, hi, BLOCK_N):
-        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, j0, pos, tok_rel_off, head, row_valid,
+        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, kv_len, j0, pos, tok_rel_off, head, row_valid,
                               sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
                               BLOCK_N, HEAD_DIM, PAGE, True, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None] * out_scale
     tl.store(OUT + t_glob[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :], o.to(OUT.dtype.element_ty), mask=row_valid[:, None])
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_blocks"])
 def _decode_split_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
-                         sm_scale_log2, threshold, E, W, num_splits,
+                         sm_scale_log2, threshold, E, W, num_splits, num_blocks,
                          stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                          stride_rt, stride_rh, stride_btb, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
                          G: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
@@ -192,11 +194,11 @@ def _decode_split_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
     kh = hkv.to(tl.int64) * stride_kh
     vh = hkv.to(tl.int64) * stride_vh
     for j0 in range(start, far_end, BLOCK_N):
-        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, kv_len, j0, pos, tok_rel_off, head, row_valid,
+        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, kv_len, j0, pos, tok_rel_off, head, row_valid,
                               sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
                               BLOCK_N, HEAD_DIM, PAGE, False, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
     for j0 in range(far_end, end, BLOCK_N):
-        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, end, j0, pos, tok_rel_off, head, row_valid,
+        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, end, j0, pos, tok_rel_off, head, row_valid,
                               sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
                               BLOCK_N, HEAD_DIM, PAGE, True, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -271,7 +273,10 @@ def decode_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, fp8: bool
 def _check(cond, msg):
     if not cond: raise ValueError(msg)
 
-def _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale, window, out):
+def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
+
+def _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, window, out):
+    "Shapes, dtypes, devices, strides and host arguments: checks that read no device data (both paths run them)."
     _check(q.dim() == 3 and q.shape[-1] == 128, f"q must be [T, Hq, 128], got {tuple(q.shape)}")
     _check(k_cache.dim() == 4 and k_cache.shape == v_cache.shape and k_cache.shape[-1] == 128,
            f"k_cache/v_cache must be [num_blocks, block_size, Hkv, 128] views of one shape, got {tuple(k_cache.shape)} / {tuple(v_cache.shape)}")
@@ -288,23 +293,79 @@ def _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("rel_logits", rel_logits)):
         _check(t.stride(-1) == 1, f"{name} must be contiguous in its last dimension")
         _check(t.device == q.device, f"{name} is on {t.device}, q on {q.device}")
+    _check(seq_lens.dim() == 1, f"seq_lens must be [num_reqs], got {tuple(seq_lens.shape)}")
     B = seq_lens.shape[0]
     _check(block_table.dim() == 2 and block_table.dtype == torch.int32 and block_table.shape[0] >= B,
            f"block_table must be int32 [num_reqs, max_blocks], got {block_table.dtype} {tuple(block_table.shape)}")
     _check(seq_lens.dtype == torch.int32 and cu_seqlens_q.dtype == torch.int32 and cu_seqlens_q.shape == (B + 1,),
            f"seq_lens [B] and cu_seqlens_q [B+1] must be int32, got {seq_lens.dtype} {tuple(seq_lens.shape)} / {cu_seqlens_q.dtype} {tuple(cu_seqlens_q.shape)}")
-    _check(isinstance(max_seqlen_q, int) and max_seqlen_q >= 1, f"max_seqlen_q must be an int >= 1, got {max_seqlen_q!r}")
+    for name, t in (("block_table", block_table), ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q)):
+        _check(t.device == q.device, f"{name} is on {t.device}, q on {q.device}")
+    _check(_is_int(max_seqlen_q) and max_seqlen_q >= (1 if B else 0),
+           f"max_seqlen_q must be an int >= 1 (0 only for an empty batch), got {max_seqlen_q!r}")
+    _check(max_seqlen_k is None or (_is_int(max_seqlen_k) and max_seqlen_k >= 1), f"max_seqlen_k must be None or an int >= 1, got {max_seqlen_k!r}")
     _check(math.isfinite(softmax_scale) and softmax_scale > 0, f"softmax_scale must be finite and > 0, got {softmax_scale}")
-    _check(window is None or (isinstance(window, int) and window >= 1), f"window must be None or an int >= 1, got {window!r}")
+    _check(window is None or (_is_int(window) and window >= 1), f"window must be None or an int >= 1, got {window!r}")
     if out is not None:
-        _check(out.shape == q.shape and out.dtype == torch.bfloat16 and out.stride(-1) == 1,
-               f"out must be bf16 {tuple(q.shape)} contiguous in its last dimension, got {out.dtype} {tuple(out.shape)}")
+        _check(out.shape == q.shape and out.dtype == torch.bfloat16 and out.stride(-1) == 1 and out.device == q.device,
+               f"out must be bf16 {tuple(q.shape)} on {q.device}, contiguous in its last dimension, got {out.dtype} {tuple(out.shape)} on {out.device}")
     return fp8
 
 def _host_scale(name, x) -> float:
     v = float(x.item()) if isinstance(x, torch.Tensor) else float(x)
     _check(math.isfinite(v) and v > 0, f"{name} must be finite and > 0, got {v}")
     return v
+
+
+# %% ../nbs/07_attention.ipynb #5c2e6654
+def _first(bad: torch.Tensor) -> torch.Tensor:
+    "Flat index of the first True in `bad`, or −1, as a 0-dim int64 device tensor (no host sync)."
+    flat = bad.reshape(-1)
+    if flat.numel() == 0: return torch.full((), -1, dtype=torch.int64, device=bad.device)
+    return torch.where(flat.any(), flat.to(torch.int32).argmax(), -1)
+
+def _check_metadata(block_table, seq_lens, cu_seqlens_q, *, num_tokens, num_blocks, block_size, max_seqlen_q, max_seqlen_k, v_scale=None):
+    """ValueError naming the argument, index and value unless the metadata fits the tensors (table above); one host sync.
+    Returns `(longest sequence, v_scale as a float or None)`: a tensor `v_scale` rides along in the same read."""
+    B, width, dev = seq_lens.shape[0], block_table.shape[1], seq_lens.device
+    cu, sl = cu_seqlens_q.long(), seq_lens.long()
+    q_len, cap = cu[1:] - cu[:-1], width * block_size
+    pages = (sl.clamp(0, cap) + block_size - 1) // block_size                           # pages each request touches
+    bt = block_table[:B].long()
+    touched = torch.arange(width, device=dev)[None, :] < pages[:, None]
+    checks = [cu[:1] != 0, q_len < 1, cu[-1:] != num_tokens, sl < 1, sl > cap, q_len > sl, touched & ((bt < 0) | (bt >= num_blocks))]
+    parts = [torch.stack([_first(c) for c in checks])]
+    if B: parts.append(torch.stack([q_len.max(), sl.max()]))
+    if isinstance(v_scale, torch.Tensor): parts.append(v_scale.detach().reshape(1).to(device=dev, dtype=torch.float32).view(torch.int32).long())
+    got = torch.cat(parts).tolist()                                                     # the one host sync
+    first, (mq, mk) = got[:7], (got[7:9] if B else (0, 0))
+    vs = struct.unpack("<f", struct.pack("<i", got[-1]))[0] if isinstance(v_scale, torch.Tensor) else None
+    if max(first) >= 0: _raise_metadata(first, block_table, seq_lens, cu_seqlens_q, num_tokens, num_blocks, block_size)
+    if mq > max_seqlen_q:
+        b = (cu[1:] - cu[:-1]).tolist().index(mq)
+        raise ValueError(f"max_seqlen_q={max_seqlen_q} is below the longest query: request {b} has q_len {mq} "
+                         f"(cu_seqlens_q[{b}:{b + 2}] = {cu_seqlens_q[b:b + 2].tolist()}); rows past max_seqlen_q would be left unwritten")
+    if max_seqlen_k is not None and mk > max_seqlen_k:
+        b = seq_lens.tolist().index(mk)
+        raise ValueError(f"max_seqlen_k={max_seqlen_k} is below the longest sequence: seq_lens[{b}] = {mk}")
+    return mk, vs
+
+def _raise_metadata(first, block_table, seq_lens, cu_seqlens_q, T, num_blocks, block_size):
+    "The error for the first failed check (the error path reads the metadata back freely)."
+    cu, sl, width = cu_seqlens_q.tolist(), seq_lens.tolist(), block_table.shape[1]
+    i = next(k for k, f in enumerate(first) if f >= 0)
+    b = first[i]
+    if i == 0: raise ValueError(f"cu_seqlens_q[0] = {cu[0]}: must be 0")
+    if i == 1: raise ValueError(f"cu_seqlens_q[{b + 1}] = {cu[b + 1]} after cu_seqlens_q[{b}] = {cu[b]}: request {b} has q_len "
+                                f"{cu[b + 1] - cu[b]}; cu_seqlens_q must increase strictly (1 <= q_len for every request)")
+    if i == 2: raise ValueError(f"cu_seqlens_q[{len(sl)}] = {cu[-1]}: must equal the {T} query tokens of q")
+    if i == 3: raise ValueError(f"seq_lens[{b}] = {sl[b]}: must be >= 1")
+    if i == 4: raise ValueError(f"seq_lens[{b}] = {sl[b]} exceeds the block table's capacity, {width} blocks x {block_size} tokens = {width * block_size}")
+    if i == 5: raise ValueError(f"request {b}: q_len {cu[b + 1] - cu[b]} (cu_seqlens_q[{b}:{b + 2}] = {cu[b:b + 2]}) exceeds seq_lens[{b}] = {sl[b]}")
+    r, p = divmod(b, width)
+    raise ValueError(f"block_table[{r}, {p}] = {int(block_table[r, p])} is not a block of the caches, [0, {num_blocks}): "
+                     f"request {r} reads pages 0..{-(-sl[r] // block_size) - 1} (seq_lens[{r}] = {sl[r]}, block_size {block_size})")
+
 
 # %% ../nbs/07_attention.ipynb #1f490673
 def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
@@ -329,7 +390,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
         opart = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device)
         lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device)
         _decode_split_kernel[(B, Hkv, num_splits)](
-            q, k_cache, v_cache, rel_logits, opart, lse, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, E, W, num_splits,
+            q, k_cache, v_cache, rel_logits, opart, lse, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, E, W, num_splits, k_cache.shape[0],
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), rel_logits.stride(0), rel_logits.stride(1),
             block_table.stride(0), opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
@@ -344,7 +405,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
     cfg = {**ATTN_CONFIGS["prefill_interp" if interp else ("prefill_fp8" if fp8 else "prefill_bf16")], **(config or {})}
     bq = max(cfg["block_q"], triton.cdiv(16, G))                      # at least 16 rows: the MMA's minimum
     _prefill_kernel[(triton.cdiv(max_seqlen_q, bq), B, Hkv)](
-        q, k_cache, v_cache, rel_logits, out, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, v_scale, E, W,
+        q, k_cache, v_cache, rel_logits, out, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, v_scale, E, W, k_cache.shape[0],
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), rel_logits.stride(0), rel_logits.stride(1),
         out.stride(0), out.stride(1), block_table.stride(0),
@@ -434,19 +495,28 @@ def select_backend(backend: str, *, fp8: bool, device: torch.device) -> str:
 # %% ../nbs/07_attention.ipynb #28c44d72
 def rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                   window=None, v_scale=1., rescale_threshold=None, num_splits=None, backend="auto", out=None,
-                  unsafe_threshold=False, max_seqlen_k=None, config=None, tml_fa4_module=None) -> torch.Tensor:
-    "Inkling relative-bias attention over paged bf16 or e4m3 caches; returns bf16 `[T, Hq, 128]` (fp8 iff q and caches are e4m3)."
-    fp8 = _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale, window, out)
+                  unsafe_threshold=False, max_seqlen_k=None, validate=True, config=None, tml_fa4_module=None) -> torch.Tensor:
+    """Inkling relative-bias attention over paged bf16 or e4m3 caches; returns bf16 `[T, Hq, 128]` (fp8 iff q and caches are e4m3).
+    `validate=True` checks the metadata against the tensors (one host sync); `validate=False` trusts it (no sync, graph-capturable)."""
+    fp8 = _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, window, out)
     thr = rescale_threshold if rescale_threshold is not None else (SAFE_RESCALE_THRESHOLD if fp8 else 8.0)
     if fp8: check_rescale_threshold(thr, unsafe_threshold=unsafe_threshold)
-    vs = _host_scale("v_scale", v_scale)
+    mk = max_seqlen_k
+    if validate:
+        longest, vs = _check_metadata(block_table, seq_lens, cu_seqlens_q, num_tokens=q.shape[0], num_blocks=k_cache.shape[0],
+                                      block_size=k_cache.shape[1], max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, v_scale=v_scale)
+        if mk is None: mk = max(longest, 1)
+        vs = _host_scale("v_scale", v_scale if vs is None else vs)
+    else: vs = _host_scale("v_scale", v_scale)
     _check(fp8 or vs == 1.0, f"v_scale={vs} with a bf16 cache: descales apply to fp8 caches only")
     if out is None: out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     be = select_backend(backend, fp8=fp8, device=q.device)
+    if seq_lens.shape[0] == 0: return out                               # an empty batch: nothing to launch
     kw = dict(block_table=block_table, seq_lens=seq_lens, cu_seqlens_q=cu_seqlens_q, softmax_scale=float(softmax_scale), window=window, out=out)
     if be == "triton":
         return _triton_rel_attention(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, v_scale=vs, threshold=float(thr),
-                                     num_splits=num_splits, max_seqlen_k=max_seqlen_k, config=config, **kw)
+                                     num_splits=num_splits, max_seqlen_k=mk, config=config, **kw)
     if be == "flex": return _flex_rel_attention(q, k_cache, v_cache, rel_logits, v_scale=vs, **kw)
     return _tml_fa4_rel_attention(q, k_cache, v_cache, rel_logits, v_scale=vs, max_seqlen_q=max_seqlen_q, num_splits=num_splits,
                                   module=tml_fa4_module, **kw)
+

@@ -8,7 +8,7 @@ __all__ = ['quantize_query', 'fold_descales', 'apply_v_scale']
 # %% ../nbs/05_descale.ipynb #d3eb9e0e
 import math
 import torch
-from .numerics import E4M3_DTYPE, E4M3_MAX
+from .numerics import E4M3_DTYPE, E4M3_MAX, check_scale_range
 
 # %% ../nbs/05_descale.ipynb #aaec7e45
 def _scale_value(name: str, scale) -> float:
@@ -21,14 +21,17 @@ def _scale_value(name: str, scale) -> float:
     if not (math.isfinite(v) and v > 0): raise ValueError(f"{name} must be finite and > 0, got {v}")
     return v
 
-def quantize_query(q: torch.Tensor, q_scale) -> torch.Tensor:
-    "Static per-tensor e4m3 query, as vLLM's `QuantFP8`: `e4m3(clamp(float(q) · fp32(1/q_scale), ±448))`."
+def quantize_query(q: torch.Tensor, q_scale, *, validate: bool = True) -> torch.Tensor:
+    """Static per-tensor e4m3 query, as vLLM's `QuantFP8`: `e4m3(clamp(float(q) · fp32(1/q_scale), ±448))`.
+    A tensor `q_scale` is checked with one host sync unless `validate=False` (the trusted path: no sync)."""
     if isinstance(q_scale, torch.Tensor):
         if q_scale.numel() != 1: raise ValueError(f"q_scale must be a per-tensor scalar, got shape {tuple(q_scale.shape)}")
+        if validate: check_scale_range('q_scale', _scale_value('q_scale', q_scale))
         s = q_scale.to(device=q.device, dtype=torch.float32).reshape(())
     else:
-        s = torch.tensor(_scale_value('q_scale', q_scale), dtype=torch.float32, device=q.device)
+        s = torch.tensor(check_scale_range('q_scale', _scale_value('q_scale', q_scale)), dtype=torch.float32, device=q.device)
     return (q.to(torch.float32) * s.reciprocal()).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3_DTYPE)
+
 
 # %% ../nbs/05_descale.ipynb #4c60fae6
 def fold_descales(softmax_scale, q_scale, k_scale) -> float:

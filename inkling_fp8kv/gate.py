@@ -4,9 +4,10 @@
 
 # %% auto #0
 __all__ = ['SUPPORTED_KV_CACHE_DTYPES', 'FP8_E4M3_ALIASES', 'KNOWN_UNSUPPORTED_KV_CACHE_DTYPES', 'CAPABILITIES', 'KVCacheDtype',
-           'resolve_kv_cache_dtype', 'capability_table']
+           'parse_capability', 'resolve_kv_cache_dtype', 'capability_table']
 
 # %% ../nbs/02_gate.ipynb #82c3b305
+import numbers, re
 from dataclasses import dataclass
 import torch
 
@@ -51,46 +52,66 @@ def _bf16_backends(cap, platform):
     if cap >= (8, 0): out += ["triton", "flex"]
     return tuple(out)
 
+# %% ../nbs/02_gate.ipynb #c41a9700
+def _is_int(x) -> bool: return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+def parse_capability(capability) -> tuple:
+    "`(major, minor)` from a `(major, minor)` pair of ints (major 1–20, minor 0–9) or the int form `10·major + minor` (90); else ValueError."
+    forms = "a (major, minor) pair of ints with major in 1..20 and minor in 0..9, or an int like 90 (= 10*major + minor)"
+    if _is_int(capability):
+        if not 10 <= capability <= 209: raise ValueError(f"capability {capability!r} is out of range: expected {forms}")
+        return divmod(int(capability), 10)
+    if isinstance(capability, (tuple, list)) and len(capability) == 2 and all(_is_int(c) for c in capability):
+        major, minor = (int(c) for c in capability)
+        if 1 <= major <= 20 and 0 <= minor <= 9: return (major, minor)
+        raise ValueError(f"capability {tuple(capability)!r} is out of range: expected {forms}")
+    raise ValueError(f"capability must be {forms}; got {capability!r} ({type(capability).__name__})")
+
+
 # %% ../nbs/02_gate.ipynb #fd7e90ec
 def _norm_capability(capability, platform):
-    if platform not in ("cuda", "rocm", "cpu"): raise ValueError(f"platform must be 'cuda', 'rocm' or 'cpu', got {platform!r}")
-    if platform == "cpu": return None
-    if capability is None:
+    "The `(major, minor)` backends are chosen by: parsed strictly when given, the GPU's own on CUDA when not, None on the CPU."
+    if capability is not None: cap = parse_capability(capability)
+    elif platform == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"platform={platform!r} but no GPU is visible: pass capability=(major, minor), or platform='cpu' for the Triton interpreter")
-        return tuple(torch.cuda.get_device_capability())
-    if isinstance(capability, int): capability = divmod(capability, 10)   # 90 -> (9, 0)
-    cap = tuple(int(c) for c in capability)
-    if len(cap) != 2: raise ValueError(f"capability must be (major, minor) or an int like 90, got {capability!r}")
-    return cap
+            raise ValueError(f"platform='cuda' but no GPU is visible: pass capability=(major, minor), or platform='cpu' for the Triton interpreter")
+        cap = tuple(torch.cuda.get_device_capability())
+    else: cap = None                                            # the interpreter, or unquantized on ROCm: none needed
+    return None if platform == "cpu" else cap
 
 def resolve_kv_cache_dtype(kv_cache_dtype: str, *, capability=None, platform: str = "cuda") -> KVCacheDtype:
-    "Resolve a vLLM `--kv-cache-dtype` string for Inkling, or raise before anything is allocated."
+    "Resolve a vLLM `--kv-cache-dtype` string (matched exactly) for Inkling, or raise before anything is allocated."
     if not isinstance(kv_cache_dtype, str): raise ValueError(f"kv_cache_dtype must be a string, got {type(kv_cache_dtype).__name__}")
-    req = kv_cache_dtype
-    s = req.strip().lower()
+    if platform not in ("cuda", "rocm", "cpu"): raise ValueError(f"platform must be 'cuda', 'rocm' or 'cpu', got {platform!r}")
+    s = kv_cache_dtype
     supported = ", ".join(repr(x) for x in SUPPORTED_KV_CACHE_DTYPES)
+    fp8 = s in FP8_E4M3_ALIASES
+    if not (fp8 or s in ("auto", "bfloat16") or (s == "float16" and platform == "rocm")):
+        # names vLLM may add later in these families are refused the same way (never run with wrong numerics)
+        # (vLLM's names are lower-case identifiers: 'fp8 ' or 'fp8-e4m3' is a typo, not a format)
+        family = re.fullmatch(r"[a-z0-9_]+", s) and s.startswith(("fp8", "int8", "int4", "nvfp4", "turboquant", "ultraquant", "mxfp"))
+        if s in KNOWN_UNSUPPORTED_KV_CACHE_DTYPES or family:
+            raise NotImplementedError(f"kv_cache_dtype={s!r} is not supported for Inkling: the store clamp and kernels are per-tensor e4m3 only. "
+                                      f"Supported: {supported}")
+        hint = f" (strings are matched exactly, as vLLM's --kv-cache-dtype choices: did you mean {s.strip().lower()!r}?)" \
+            if s.strip().lower() in SUPPORTED_KV_CACHE_DTYPES + KNOWN_UNSUPPORTED_KV_CACHE_DTYPES else ""
+        raise ValueError(f"unknown kv_cache_dtype {s!r}; supported: {supported}{hint}")
+    if fp8 and platform == "rocm":
+        raise NotImplementedError(f"kv_cache_dtype={s!r} on ROCm: quantized KV caches are not implemented for Inkling on ROCm "
+                                  f"(its attention kernels are bf16-only); use 'auto' or 'bfloat16'")
     cap = _norm_capability(capability, platform)
-    where = "the Triton interpreter" if platform == "cpu" else f"{platform} SM{cap[0]}{cap[1]}"
-    if s in FP8_E4M3_ALIASES:
-        if platform == "rocm":
-            raise NotImplementedError(f"kv_cache_dtype={req!r} on ROCm: quantized KV caches are not implemented for Inkling on ROCm "
-                                      f"(its attention kernels are bf16-only); use 'auto' or 'bfloat16'")
+    where = "the Triton interpreter" if platform == "cpu" else (f"{platform} SM{cap[0]}{cap[1]}" if cap else platform)
+    if fp8:
         backends = _fp8_native(cap, platform)
         if not backends:
-            raise NotImplementedError(f"kv_cache_dtype={req!r} needs an fp8 attention path: SM89+ (triton) or SM100 family (tml_fa4); "
+            raise NotImplementedError(f"kv_cache_dtype={s!r} needs an fp8 attention path: SM89+ (triton) or SM100 family (tml_fa4); "
                                       f"{where} has none. Use 'auto' or 'bfloat16'")
-        return KVCacheDtype("fp8_e4m3", req, True, torch.uint8, torch.float8_e4m3fn, backends, "FP8_PER_TENSOR", platform, cap)
-    if s in ("auto", "bfloat16") or (s == "float16" and platform == "rocm"):
-        name, dt = ("float16", torch.float16) if s == "float16" else ("bfloat16", torch.bfloat16)
-        backends = _bf16_backends(cap, platform)
-        if not backends: raise NotImplementedError(f"Inkling attention needs SM80+; {where} has no backend")
-        return KVCacheDtype(name, req, False, dt, dt, backends, "NONE", platform, cap)
-    # names vLLM may add later in these families are refused the same way (never run with wrong numerics)
-    if s in KNOWN_UNSUPPORTED_KV_CACHE_DTYPES or s.startswith(("fp8", "int8", "int4", "nvfp4", "turboquant", "ultraquant", "mxfp")):
-        raise NotImplementedError(f"kv_cache_dtype={req!r} is not supported for Inkling: the store clamp and kernels are per-tensor e4m3 only. "
-                                  f"Supported: {supported}")
-    raise ValueError(f"unknown kv_cache_dtype {req!r}; supported: {supported}")
+        return KVCacheDtype("fp8_e4m3", s, True, torch.uint8, torch.float8_e4m3fn, backends, "FP8_PER_TENSOR", platform, cap)
+    name, dt = ("float16", torch.float16) if s == "float16" else ("bfloat16", torch.bfloat16)
+    backends = _bf16_backends(cap, platform)
+    if not backends: raise NotImplementedError(f"Inkling attention needs SM80+; {where} has no backend")
+    return KVCacheDtype(name, s, False, dt, dt, backends, "NONE", platform, cap)
+
 
 # %% ../nbs/02_gate.ipynb #f661f54a
 CAPABILITIES = {"SM75 (Turing)": (7, 5), "SM80 (A100)": (8, 0), "SM86 (A10)": (8, 6), "SM89 (L40S)": (8, 9), "SM90 (H100/H200)": (9, 0),

@@ -236,10 +236,10 @@ def _forward(self: InklingAttention, qkvr: torch.Tensor, meta: BatchMeta, *, out
     if self.kernels == "triton":
         ks = (self._kernel_scales[1:2], self._kernel_scales[2:3]) if fp8 else (None, None)
         q, rel = store.qkvr_prep(qkvr, self.prep_weights(), geom=g, **cache, k_scale=ks[0], v_scale=ks[1], validate=False)
-        q_in = quantize_query(q, self._kernel_scales[0]) if fp8 else q
+        q_in = quantize_query(q, self._kernel_scales[0], validate=False) if fp8 else q
         attention.rel_attention(q_in[:nt], self.k_cache, self.v_cache, rel[:nt], **attn, max_seqlen_q=meta.max_seqlen_q,
                                 max_seqlen_k=meta.max_seqlen_k, softmax_scale=self.folded_softmax_scale,
-                                v_scale=self.descales["v_scale"] if fp8 else 1.0, backend="triton", out=out[:nt])
+                                v_scale=self.descales["v_scale"] if fp8 else 1.0, backend="triton", out=out[:nt], validate=False)
         return out
     d = self.descales
     ks = (d["k_scale"], d["v_scale"]) if fp8 else (None, None)

@@ -4,9 +4,9 @@
 
 # %% auto #0
 __all__ = ['E4M3_MAX', 'E4M3_MIN_NORMAL', 'E4M3_MIN_SUBNORMAL', 'E4M3_MANTISSA_BITS', 'E4M3_EXP_BIAS', 'E4M3_NAN_CODE',
-           'E4M3_DTYPE', 'SCALE_RANGE', 'e4m3_value', 'e4m3_grid', 'quantize_e4m3', 'dequantize_e4m3',
-           'tl_quantize_e4m3', 'check_scale_range', 'tl_rcp_scale', 'tl_div_scale', 'tl_div_scale_bf16',
-           'triton_target', 'kernel_device', 'quantize_e4m3_triton', 'band_stats']
+           'E4M3_DTYPE', 'SCALE_RANGE', 'e4m3_value', 'e4m3_grid', 'check_scale_range', 'quantize_e4m3',
+           'dequantize_e4m3', 'tl_quantize_e4m3', 'tl_rcp_scale', 'tl_div_scale', 'tl_div_scale_bf16', 'triton_target',
+           'kernel_device', 'quantize_e4m3_triton', 'band_stats']
 
 # %% ../nbs/00_numerics.ipynb #9f9e4319
 import math, os
@@ -42,9 +42,19 @@ def _as_scale(scale) -> torch.Tensor:
     if not (torch.isfinite(s).all() and (s > 0).all()): raise ValueError(f"scale must be finite and > 0, got {s.item()}")
     return s.reshape(())
 
+SCALE_RANGE = (2.0 ** -40, 2.0 ** 40)          # scales for which the divide-free quotient is proven exact
+
+def check_scale_range(name: str, s: float) -> float:
+    "`s` if it lies in SCALE_RANGE, else ValueError: the GPU kernels' quotient is proven exact only there."
+    if not SCALE_RANGE[0] <= s <= SCALE_RANGE[1]:
+        raise ValueError(f"{name}={s:g} is outside the kernels' supported range [2^-40, 2^40]")
+    return s
+
 def quantize_e4m3(x: torch.Tensor, scale=1.0) -> torch.Tensor:
-    "e4m3(clamp(x / scale, ±448)), round-to-nearest-even, NaN kept (canonical 0x7F)."
-    s = _as_scale(scale).to(x.device)
+    "e4m3(clamp(x / scale, ±448)), round-to-nearest-even, NaN kept (canonical 0x7F); `scale` finite, > 0 and within SCALE_RANGE."
+    s = _as_scale(scale)
+    check_scale_range("scale", float(s))                # what the store kernels accept, float or tensor alike
+    s = s.to(x.device)
     y = x.float() / s
     q = y.clamp(-E4M3_MAX, E4M3_MAX).to(E4M3_DTYPE)
     nan = torch.isnan(y)
@@ -89,14 +99,6 @@ def tl_quantize_e4m3(y, NATIVE: tl.constexpr = False):
     return tl.where(isnan, 0x7F, q).to(tl.uint8)
 
 # %% ../nbs/00_numerics.ipynb #deed0f57
-SCALE_RANGE = (2.0 ** -40, 2.0 ** 40)          # scales for which the divide-free quotient is proven exact
-
-def check_scale_range(name: str, s: float) -> float:
-    "`s` if it lies in SCALE_RANGE, else ValueError: the GPU kernels' quotient is proven exact only there."
-    if not SCALE_RANGE[0] <= s <= SCALE_RANGE[1]:
-        raise ValueError(f"{name}={s:g} is outside the kernels' supported range [2^-40, 2^40]")
-    return s
-
 @triton.jit
 def tl_rcp_scale(s):
     "Triton device function (GPU only): fp32 `RN(1/s)` for `s` in SCALE_RANGE, branch-free: the hardware's approximate reciprocal and two Newton steps."

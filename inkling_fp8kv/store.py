@@ -6,12 +6,13 @@
 __all__ = ['SMALL_TOKEN_THRESHOLD', 'REL_MODES', 'CONFIGS', 'write_path_bytes', 'prep_launch', 'qkvr_prep']
 
 # %% ../nbs/04_store.ipynb #ab3f5d5e
+import math, struct
 import torch
 import triton
 import triton.language as tl
 from .numerics import E4M3_DTYPE, check_scale_range, tl_quantize_e4m3, tl_div_scale_bf16, tl_rcp_scale, triton_target
 from .config import RankGeometry
-from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES, _check_slots, _check_scale
+from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES
 
 # %% ../nbs/04_store.ipynb #4ef3cc3c
 SMALL_TOKEN_THRESHOLD = 128          # upstream: below this many tokens, one fused launch
@@ -123,7 +124,7 @@ def _rel_tile(rows, n_rows, col0, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_p
 # %% ../nbs/04_store.ipynb #22bfb6cc
 @triton.jit
 def _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr,
-               conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols,
+               conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, nb_conv,
                D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr, CONV_N: tl.constexpr,
                C: tl.constexpr, CACHED: tl.constexpr):
     "fp32 `acc = Σ_i w_i·x[p − 3 + i]` for K and V; `CACHED=False` when no tap of the block lies in the conv cache."
@@ -145,6 +146,9 @@ def _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok
                 cached = live & (src >= 0) & (row < qstart)             # an earlier forward's input, in the conv cache
                 s = tl.where(cached, src, 0)
                 blk = tl.load(cbt_ptr + req * cbt_stride + s // CONV_N, mask=cached & (s // CONV_N < cbt_cols), other=0).to(tl.int64)
+                # compiled in only under TRITON_DEBUG=1: the trusted path's conv metadata checked on the device (notebook 07b)
+                tl.device_assert(~cached | (s // CONV_N < cbt_cols), "conv_block_table too short for a cached conv tap")
+                tl.device_assert((blk >= 0) & (blk < nb_conv), "conv_block_table entry outside [0, num_conv_blocks)")
                 cell = conv_ptr + blk * cv_b + h * cv_h + (s % CONV_N) * cv_n
                 kc = tl.load(cell[:, None] + d[None, :], mask=cached[:, None], other=0)
                 vc = tl.load(cell[:, None] + D + d[None, :], mask=cached[:, None], other=0)
@@ -165,7 +169,7 @@ def _store_pair(k_dst, v_dst, d, store, k, v):
 @triton.jit
 def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
              conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-             k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
+             k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots, n_conv_slots, nb_conv,
              D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr,
              CONV_N: tl.constexpr, KV_B: tl.constexpr, C: tl.constexpr, FP8: tl.constexpr, POW2: tl.constexpr, SOFT_BF16: tl.constexpr):
     if FP8:                                                             # issued first, inverted once the other loads are out
@@ -187,6 +191,9 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
     # loaded up front: issued below, after the conv-cache stores, these loads would wait for them (the compiler may not
     # move a load above a store it cannot prove disjoint), and their latency would sit on the path to the K/V store
     slot = tl.load(slot_ptr + t, mask=rmask, other=-1).to(tl.int64)
+    # compiled in only under TRITON_DEBUG=1 (negative = skip, as everywhere)
+    tl.device_assert(slot < n_slots, "slot_mapping entry outside [0, num_blocks * block_size)")
+    tl.device_assert(cslot < n_conv_slots, "conv_slot_mapping entry outside the conv cache")
     knw = (tl.load(knw_ptr + d[None, :] + tl.zeros_like(tok)[:, None]).to(tl.int32) << 16).to(tl.float32, bitcast=True)   # tile-shaped, as the taps
     if FP8:
         if not SOFT_BF16:                                               # RN(1/scale): branch-free, while the loads are in flight
@@ -196,10 +203,10 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
     any_cached = tl.max((live & (pos > 0) & (t - (W - 1) < qstart)).to(tl.int32), axis=0)
     if any_cached > 0:
         kacc, vacc = _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr,
-                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, D, OFF_K, OFF_V, W, CONV_N, C, True)
+                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, nb_conv, D, OFF_K, OFF_V, W, CONV_N, C, True)
     else:
         kacc, vacc = _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr,
-                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, D, OFF_K, OFF_V, W, CONV_N, C, False)
+                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, nb_conv, D, OFF_K, OFF_V, W, CONV_N, C, False)
     k_conv = _bf16(tl.where(live[:, None], kacc + kx, kx), SOFT_BF16)
     v_conv = _bf16(tl.where(live[:, None], vacc + vx, vx), SOFT_BF16)
     cs = tl.where(live, cslot, 0)                                       # insert the pre-conv inputs, bits unchanged
@@ -231,10 +238,10 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
         _store_pair(k_dst, v_dst, d, store, k_norm, v_conv)
 
 # %% ../nbs/04_store.ipynb #7f043a74
-@triton.jit
+@triton.jit(do_not_specialize=["n_slots", "n_conv_slots", "nb_conv"])
 def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, tau_ptr, kcw_ptr, vcw_ptr, knw_ptr, eps,
                        pos_ptr, seq_ptr, qstart_ptr, conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-                       k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, T,
+                       k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots, n_conv_slots, nb_conv, T,
                        HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, R: tl.constexpr, E: tl.constexpr,
                        OFF_K: tl.constexpr, OFF_V: tl.constexpr, OFF_R: tl.constexpr, W: tl.constexpr,
                        CONV_N: tl.constexpr, KV_B: tl.constexpr, BLOCK_E: tl.constexpr,
@@ -251,13 +258,13 @@ def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
         tok = tl.full([1], (pid - n_q) // HKV, tl.int32)
         _kv_rows(tok, T, (pid - n_q) % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
                  conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-                 k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
+                 k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots, n_conv_slots, nb_conv,
                  D, OFF_K, OFF_V, W, CONV_N, KV_B, HKV * D, FP8, False, SOFT_BF16)
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_slots", "n_conv_slots", "nb_conv"])
 def _tiled_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, tau_ptr, kcw_ptr, vcw_ptr, knw_ptr, eps,
                        pos_ptr, seq_ptr, qstart_ptr, conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-                       k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, T, n_kv, n_rel,
+                       k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots, n_conv_slots, nb_conv, T, n_kv, n_rel,
                        HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, R: tl.constexpr, E: tl.constexpr,
                        OFF_K: tl.constexpr, OFF_V: tl.constexpr, OFF_R: tl.constexpr, W: tl.constexpr,
                        CONV_N: tl.constexpr, KV_B: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -273,7 +280,7 @@ def _tiled_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
         tok = (idx // HKV) * BLOCK_T + tl.arange(0, BLOCK_T)
         _kv_rows(tok, T, idx % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
                  conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-                 k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr,
+                 k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots, n_conv_slots, nb_conv,
                  D, OFF_K, OFF_V, W, CONV_N, KV_B, HKV * D, FP8, True, SOFT_BF16)
     else:                                                               # BLOCK_M rows: q (first column block) + logits
         rows = (idx // E_PROGS) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -285,15 +292,24 @@ def _tiled_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
 
 
 # %% ../nbs/04_store.ipynb #7f5228c7
-def _scale_arg(name: str, scale, device, validate: bool) -> torch.Tensor:
-    "A validated per-tensor scale as a 1-element fp32 tensor on `device` (the kernels load it)."
+def _scale_arg(name: str, scale, device) -> torch.Tensor:
+    """A per-tensor scale as a 1-element fp32 tensor on `device` (the kernels load it). A float is checked here (host data);
+    a tensor's value only by `_check_prep_metadata`, on the validated path (reading it is a host sync)."""
     if scale is None: raise ValueError(f"{name} is required for an fp8 (float8_e4m3fn) cache")
     if isinstance(scale, torch.Tensor):
         if scale.numel() != 1: raise ValueError(f"{name} must be a per-tensor scalar, got shape {tuple(scale.shape)}")
-        if validate: check_scale_range(name, _check_scale(name, scale))
         if scale.dtype == torch.float32 and scale.device == device: return scale   # as is: the kernels read its one element
         return scale.to(device=device, dtype=torch.float32).reshape(1)
-    return torch.full((1,), check_scale_range(name, _check_scale(name, scale)), dtype=torch.float32, device=device)
+    return torch.full((1,), check_scale_range(name, _host_scale(name, scale)), dtype=torch.float32, device=device)
+
+def _host_scale(name: str, scale) -> float:
+    "A Python number as the fp32 value the kernels will read; ValueError naming it unless finite and > 0 (no tensor: no host sync)."
+    try: v = float(scale)
+    except (TypeError, ValueError): raise ValueError(f"{name} must be a number or a one-element tensor, got {scale!r}") from None
+    try: v = struct.unpack("<f", struct.pack("<f", v))[0]                # fp32 rounding, as the kernels see it
+    except OverflowError: v = math.copysign(math.inf, v)
+    if not (math.isfinite(v) and v > 0): raise ValueError(f"{name} must be finite and > 0, got {v}")
+    return v
 
 def _tap_major(wc: torch.Tensor) -> torch.Tensor:
     """Conv weights `[C, W]` as tap-major bf16 bits `[W, C]`, cached while their storage, shape and version stay the same.
@@ -318,21 +334,84 @@ def _merge_configs(base: dict, over: dict | None) -> dict:
         out[k] = _merge_configs(out[k], v) if isinstance(v, dict) else v
     return out
 
-def _check_conv_taps(conv_block_table, positions, seq_idx, query_start, conv_slot_mapping, num_blocks: int, N: int):
-    "ValueError unless every conv tap read from the cache has a block-table entry in range (as `sconv_paged` checks)."
+def _first(bad: torch.Tensor) -> torch.Tensor:
+    "Index of the first True in the 1-D `bad`, or −1, as a 0-dim int64 device tensor (no host sync)."
+    if bad.numel() == 0: return torch.full((), -1, dtype=torch.int64, device=bad.device)
+    return torch.where(bad.any(), bad.to(torch.int32).argmax(), -1)
+
+def _repeats(s: torch.Tensor) -> torch.Tensor:
+    "Mask of the entries of `s` (negative = skip) that repeat another one, on the device: sort, compare neighbours."
+    T = s.shape[0]
+    key = torch.where(s >= 0, s, -1 - torch.arange(T, device=s.device))    # skipped entries made distinct
+    srt, order = key.sort(stable=True)
+    return torch.zeros(T, dtype=torch.bool, device=s.device).scatter(0, order[1:], srt[1:] == srt[:-1])
+
+def _conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, num_blocks: int, N: int) -> list:
+    """Per-token masks of the conv taps read from the cache: table too narrow, `seq_idx` not a row, block id out of range,
+    and a cell this same call writes (the taps would race with the insert: the reference reads the cache before it)."""
     T = positions.shape[0]
     rows = torch.arange(T, device=positions.device)
-    pos, qs, req, live = positions.long(), query_start.long(), seq_idx.long(), conv_slot_mapping.long() >= 0
+    pos, qs, req, cs = positions.long(), query_start.long(), seq_idx.long(), conv_slot_mapping.long()
+    live, written = cs >= 0, torch.sort(torch.where(cs >= 0, cs, -1)).values        # the cells this call inserts into
+    R, C = conv_block_table.shape
+    narrow, no_row, bad_blk, racy = (torch.zeros(T, dtype=torch.bool, device=positions.device) for _ in range(4))
     for i in range(SCONV_WIDTH - 1):
         src, row = pos - (SCONV_WIDTH - 1) + i, rows - (SCONV_WIDTH - 1) + i
-        cached = live & (src >= 0) & (row < qs)
-        if not cached.any(): continue
-        logical, r = src[cached] // N, req[cached]
-        if (logical >= conv_block_table.shape[1]).any():
-            raise ValueError(f"conv_block_table has {conv_block_table.shape[1]} columns; position {int(src[cached].max())} needs more")
-        if ((r < 0) | (r >= conv_block_table.shape[0])).any(): raise ValueError(f"seq_idx out of range [0, {conv_block_table.shape[0]})")
-        blocks = conv_block_table[r, logical].long()
-        if ((blocks < 0) | (blocks >= num_blocks)).any(): raise ValueError(f"conv_block_table entry out of range [0, {num_blocks})")
+        cached = live & (src >= 0) & (row < qs)                              # this tap comes from an earlier forward
+        logical = src.clamp(min=0) // N
+        w, r = cached & (logical >= C), cached & ((req < 0) | (req >= R))
+        narrow, no_row = narrow | w, no_row | r
+        if R and C:
+            blk = conv_block_table[req.clamp(0, R - 1), logical.clamp(max=C - 1)].long()
+            ok = cached & ~w & ~r & (blk >= 0) & (blk < num_blocks)
+            bad_blk = bad_blk | (cached & ~w & ~r & ~ok)
+            cell = blk * N + src.clamp(min=0) % N
+            hit = written[torch.searchsorted(written, cell).clamp(max=T - 1)] == cell   # membership by a sorted search: no sync
+            racy = racy | (ok & hit)
+    return [narrow, no_row, bad_blk, racy]
+
+def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, slot_mapping, *,
+                         num_slots: int, num_conv_blocks: int, N: int, scales: dict):
+    """ValueError naming the argument, the index and the value unless the metadata fits the caches and the tensor scales
+    are valid; one host sync (the checks run on the device and come back in one read)."""
+    T = slot_mapping.shape[0]
+    rows = torch.arange(T, device=slot_mapping.device)
+    sl, cs, qs = slot_mapping.long(), conv_slot_mapping.long(), query_start.long()
+    masks = [sl >= num_slots, _repeats(sl), cs >= num_conv_blocks * N, _repeats(cs), (qs < 0) | (qs > rows),
+             *_conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, num_conv_blocks, N)]
+    tensors = {n: s for n, s in scales.items() if isinstance(s, torch.Tensor)}
+    if T == 0 and not tensors: return
+    parts = [torch.stack([_first(m) for m in masks])]
+    parts += [s.detach().reshape(1).to(device=slot_mapping.device, dtype=torch.float32).view(torch.int32).long() for s in tensors.values()]
+    got = torch.cat(parts).tolist()                                          # the one host sync
+    for name, bits in zip(tensors, got[len(masks):]):
+        check_scale_range(name, _host_scale(name, struct.unpack("<f", struct.pack("<i", bits))[0]))
+    first = got[:len(masks)]
+    if max(first) < 0: return
+    k = next(i for i, f in enumerate(first) if f >= 0)
+    t = first[k]
+    if k in (0, 1, 2, 3):
+        name, s, cap = (("slot_mapping", slot_mapping, num_slots), ("conv_slot_mapping", conv_slot_mapping, num_conv_blocks * N))[k // 2]
+        v = s.tolist()
+        if k % 2 == 0: raise ValueError(f"{name}[{t}] = {v[t]}: must hold distinct slots < {cap} (or negative to skip)")
+        raise ValueError(f"{name}[{t}] = {v[t]} repeats {name}[{next(j for j, x in enumerate(v) if x == v[t] and j != t)}]: "
+                         f"must hold distinct slots < {cap} (or negative to skip)")
+    if k == 4: raise ValueError(f"query_start[{t}] = {int(query_start[t])}: must lie in [0, {t}] (the first row of token {t}'s request in this batch)")
+    p, r = int(positions[t]), int(seq_idx[t])
+    if k == 5: raise ValueError(f"conv_block_table has {conv_block_table.shape[1]} columns; token {t} (position {p}) reads a conv tap from the cache "
+                                f"at a position that needs more (conv block size {N})")
+    if k == 6: raise ValueError(f"seq_idx[{t}] = {r} is not a row of conv_block_table, [0, {conv_block_table.shape[0]}), and token {t} reads conv taps from the cache")
+    if k == 7:
+        row = conv_block_table[r].tolist()
+        c, v = next((c, v) for c, v in enumerate(row) if not 0 <= v < num_conv_blocks)
+        raise ValueError(f"conv_block_table[{r}, {c}] = {v} is not a block of the conv cache, [0, {num_conv_blocks}) (read by token {t}'s conv taps)")
+    cs, qs, row = conv_slot_mapping.tolist(), int(query_start[t]), conv_block_table[r].tolist()
+    taps = [p - (SCONV_WIDTH - 1) + i for i in range(SCONV_WIDTH - 1) if p - (SCONV_WIDTH - 1) + i >= 0 and t - (SCONV_WIDTH - 1) + i < qs]
+    src = next(s for s in taps if row[s // N] * N + s % N in cs)                  # the cached tap whose cell is written here
+    cell = row[src // N] * N + src % N
+    raise ValueError(f"token {t} (position {p}, query_start[{t}] = {qs}) reads its conv tap at position {src} from the conv cache, cell {cell} "
+                     f"(conv_block_table[{r}, {src // N}] = {row[src // N]}), which conv_slot_mapping[{cs.index(cell)}] writes in the same call: "
+                     f"the taps would race with the insert; positions, query_start and the conv metadata disagree")
 
 def write_path_bytes(geom: RankGeometry, num_tokens: int, kv_dtype=torch.bfloat16) -> int:
     "DRAM bytes one prep moves at minimum: qkvr read + conv-cache insert + K/V store + q and rel_logits writes."
@@ -373,7 +452,7 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
     if k_cache.dtype != v_cache.dtype or k_cache.dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"k_cache/v_cache dtypes {k_cache.dtype}/{v_cache.dtype}: expected both bf16 or both float8_e4m3fn")
     fp8 = k_cache.dtype == E4M3_DTYPE
-    if fp8: ks, vs = _scale_arg('k_scale', k_scale, dev, validate), _scale_arg('v_scale', v_scale, dev, validate)
+    if fp8: ks, vs = _scale_arg('k_scale', k_scale, dev), _scale_arg('v_scale', v_scale, dev)
     for name, t in dict(positions=positions, seq_idx=seq_idx, query_start=query_start,
                         conv_slot_mapping=conv_slot_mapping, slot_mapping=slot_mapping).items():
         if t.shape != (T,): raise ValueError(f"{name} must be [{T}], got {tuple(t.shape)}")
@@ -402,9 +481,9 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
     if force_path not in (None, 'fused', 'tiled'): raise ValueError(f"force_path must be None, 'fused' or 'tiled', got {force_path!r}")
     nb_conv, N = conv_cache.shape[0], conv_cache.shape[2]
     if validate:
-        _check_slots('slot_mapping', slot_mapping, T, k_cache.shape[0] * k_cache.shape[1])
-        _check_slots('conv_slot_mapping', conv_slot_mapping, T, nb_conv * N)
-        _check_conv_taps(conv_block_table, positions, seq_idx, query_start, conv_slot_mapping, nb_conv, N)
+        _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, slot_mapping,
+                             num_slots=k_cache.shape[0] * k_cache.shape[1], num_conv_blocks=nb_conv, N=N,
+                             scales=dict(k_scale=k_scale, v_scale=v_scale) if fp8 else {})
     cfg = CONFIGS[target] if configs is None else _merge_configs(CONFIGS[target], configs)
     if cfg['tiled']['mode'] not in REL_MODES: raise ValueError(f"configs['tiled']['mode'] must be one of {REL_MODES}, got {cfg['tiled']['mode']!r}")
 
@@ -420,7 +499,8 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
     o, soft = geom.offsets, target == 'interpreter'
     meta = (positions, seq_idx, query_start, bits(conv_cache), *conv_cache.stride()[:3], conv_block_table,
             conv_block_table.stride(0), conv_block_table.shape[1], conv_slot_mapping,
-            k_arg, v_arg, *k_cache.stride()[:3], *v_cache.stride()[:3], slot_mapping, ks_arg, vs_arg)
+            k_arg, v_arg, *k_cache.stride()[:3], *v_cache.stride()[:3], slot_mapping, ks_arg, vs_arg,
+            k_cache.shape[0] * k_cache.shape[1], nb_conv * N, nb_conv)
     consts = dict(D=D, OFF_K=o['k'], OFF_V=o['v'], W=SCONV_WIDTH, CONV_N=N, KV_B=k_cache.shape[1], FP8=fp8, SOFT_BF16=soft)
     path = force_path or ('fused' if T < small_token_threshold else 'tiled')
     if path == 'fused':

@@ -8,7 +8,7 @@ __all__ = ['INDEX_NAME', 'CONFIG_NAME', 'SCALE_KEYS', 'LOCK_NAME', 'STREAMS', 's
            'KVRanges', 'observe_kv_ranges', 'layer_table', 'tier2_table', 'markdown_table', 'calibration_batches',
            'calibrate_checkpoint']
 
-# %% ../nbs/10_calibrate.ipynb #845bd22f
+# %% ../nbs/10_calibrate.ipynb #aa5f6a30
 import contextlib, fcntl, hashlib, json, math, numbers, os, re, shutil, stat, sys, time, warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +19,7 @@ from safetensors.torch import save as safetensors_bytes
 from .numerics import E4M3_MAX, band_stats
 from .scales import validate_scale
 
-# %% ../nbs/10_calibrate.ipynb #6581dad2
+# %% ../nbs/10_calibrate.ipynb #574f83be
 def _as_real(name: str, x) -> float:
     if isinstance(x, torch.Tensor):
         if x.numel() != 1: raise ValueError(f"{name} has shape {tuple(x.shape)}: expected one value")
@@ -38,7 +38,7 @@ def scale_from_amax(amax, safety: float = 1.3) -> float:
     if not math.isfinite(scale): raise ValueError(f"amax={a}, safety={s}: amax·safety overflows a float")
     return scale
 
-# %% ../nbs/10_calibrate.ipynb #3f370631
+# %% ../nbs/10_calibrate.ipynb #0066109f
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAME = "config.json"
 SCALE_KEYS = ("q_scale", "k_scale", "v_scale")
@@ -86,7 +86,7 @@ def _open_checkpoint(checkpoint_dir, *, need_config: bool = True) -> _Checkpoint
     config_raw, config = _read_json(d / CONFIG_NAME, "the model config") if need_config else (None, None)
     return _Checkpoint(d, index_raw, index, config_raw, config)
 
-# %% ../nbs/10_calibrate.ipynb #0fb40ec1
+# %% ../nbs/10_calibrate.ipynb #b6e390c6
 def _iter_tensors(ck: _Checkpoint, device):
     by_shard = {}
     for name, shard in ck.index["weight_map"].items(): by_shard.setdefault(shard, []).append(name)
@@ -101,7 +101,7 @@ def read_checkpoint_tensors(checkpoint_dir, *, device: str = "cpu"):
     "Every `(name, tensor)` of a sharded safetensors checkpoint, each read from the shard the index's `weight_map` names for it."
     return _iter_tensors(_open_checkpoint(checkpoint_dir, need_config=False), device)
 
-# %% ../nbs/10_calibrate.ipynb #8c4997c7
+# %% ../nbs/10_calibrate.ipynb #401b6dd6
 LOCK_NAME = ".inkling-fp8kv.lock"
 _TMP_SUFFIX = ".inkling-fp8kv-tmp"
 _STALE_TMP = re.compile(r"\..+" + re.escape(_TMP_SUFFIX))
@@ -155,7 +155,7 @@ def _writer_lock(d: Path):
         yield
     finally: os.close(fd)
 
-# %% ../nbs/10_calibrate.ipynb #23261085
+# %% ../nbs/10_calibrate.ipynb #46fbea7b
 def _num_layers(config: dict) -> int | None:
     for key in ("num_hidden_layers", "num_layers"):
         n = config.get(key)
@@ -195,7 +195,7 @@ def _declared(config: dict) -> dict:
 
 def _json_bytes(obj: dict) -> bytes: return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode()
 
-# %% ../nbs/10_calibrate.ipynb #27024545
+# %% ../nbs/10_calibrate.ipynb #d0b733f0
 def _tensor_nbytes(path: Path) -> dict:
     "Bytes of each tensor in a safetensors file, from its header alone."
     try:
@@ -253,7 +253,7 @@ def _roll_back(ck: _Checkpoint, added_shard: str | None):
         (ck.dir / added_shard).unlink(missing_ok=True)
         _fsync_dir(ck.dir)
 
-# %% ../nbs/10_calibrate.ipynb #7074245b
+# %% ../nbs/10_calibrate.ipynb #bea70b39
 @dataclass(frozen=True)
 class ScaleWrite:
     "What `write_kv_scales` did to a checkpoint."
@@ -284,7 +284,7 @@ class ScaleWrite:
                                        + " (unnamed by the index: read tensors through the index's weight_map)")
         return "\n".join(lines)
 
-# %% ../nbs/10_calibrate.ipynb #fff200c4
+# %% ../nbs/10_calibrate.ipynb #9dc0520a
 def _commit(ck: _Checkpoint, tensors: dict, declare: bool, pause_at) -> ScaleWrite:
     "Steps 4-7 under the lock: shard, index (the commit), declaration, old shards."
     d = ck.dir
@@ -326,7 +326,7 @@ def write_kv_scales(checkpoint_dir, scales: Mapping, *, declare_kv_scheme: bool 
         ck = _open_checkpoint(ck.dir)                                    # what the last writer left, read under the lock
         return _commit(ck, _scale_tensors(scales, _num_layers(ck.config)), declare_kv_scheme, _pause_at)
 
-# %% ../nbs/10_calibrate.ipynb #8ad35986
+# %% ../nbs/10_calibrate.ipynb #e793e796
 STREAMS = ("q", "k", "v")
 
 @dataclass
@@ -360,7 +360,6 @@ def _store_site_observer(model, acc, samples, rate, seed):
     "Patch the layer module's prep entry points to record q, and K/V at the call's slots, keyed by the layer that is running."
     import types
     from inkling_fp8kv import layer as layer_mod
-    layers = list(model.attn_layers.values())
     current, gen = [None], torch.Generator().manual_seed(seed)
     hooks = [m.register_forward_pre_hook(lambda mod, args, i=i: current.__setitem__(0, i)) for i, m in model.attn_layers.items()]
     def observe(prep):
@@ -417,7 +416,7 @@ def observe_kv_ranges(model, batches, *, sample_rate: float = 1.0, seed: int = 0
         out[key] = dict(n=st["n"], amax=st["amax"], p999=float(qs[0]), p9999=float(qs[1]), sampled=x.numel())
     return KVRanges(out, samples, tokens, types_)
 
-# %% ../nbs/10_calibrate.ipynb #cb15c156
+# %% ../nbs/10_calibrate.ipynb #8d99f055
 def layer_table(r: KVRanges, safety: float = 1.3) -> list:
     "One row per (layer, stream) with the observed range, the rule's scale and the e4m3 band at unity and at that scale."
     rows = []
@@ -457,7 +456,7 @@ def markdown_table(rows: list, fmt=None) -> str:
     head = list(rows[0])
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(f(r[h]) for h in head) + " |" for r in rows])
 
-# %% ../nbs/10_calibrate.ipynb #bbf519e4
+# %% ../nbs/10_calibrate.ipynb #a5331682
 def calibration_batches(task: str = "retrieval", *, data=None, num_samples: int = 16, seed: int = 5000) -> list:
     "Calibration token lists: the retrieval task (depths 256..2048, seed 5000 by default) or a JSONL file with one token-id list per line."
     if data is not None:
@@ -483,7 +482,7 @@ def calibrate_checkpoint(src, out=None, *, batches=None, safety: float = 1.3, dr
     "Observe a checkpoint's store-site ranges, compute per-layer scales and write them (to a copy at `out`, else in place); returns what was done."
     from inkling_fp8kv.model import InklingLM, tiny_checkpoint
     src = Path(src)
-    ck = _open_checkpoint(src)                                               # index and config must exist: checked before any work
+    _open_checkpoint(src)                                                    # index and config must exist: checked before any work
     if out is None and not dry_run:
         if src.resolve() == tiny_checkpoint().resolve(): raise CheckpointError(f"{src} is the package's shipped checkpoint: pass an output folder (--out)")
         if not os.access(src, os.W_OK): raise CheckpointError(f"{src} is not writable: pass an output folder (--out)")

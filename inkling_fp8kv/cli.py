@@ -10,7 +10,7 @@ __all__ = ['MAX_KV_GIB', 'MAX_TOKENS', 'VLLM_BLOCK_MULTIPLE', 'CONFIGS', 'SEED_B
            'kernel_section', 'plot_rescale_sweep', 'rescale_section', 'model_section', 'write_report', 'run_report',
            'run_bench', 'run_calibrate', 'main']
 
-# %% ../nbs/16_cli.ipynb #01cabc7b
+# %% ../nbs/16_cli.ipynb #b69fd29c
 import argparse, io, json, math, os, platform, subprocess, sys, time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +20,7 @@ from .config import inkling_small, tiny
 from .gate import resolve_kv_cache_dtype, capability_table
 from .capacity import SEED_SETTINGS, capacity_report, plan_pool, sensitivity_table, table_markdown, plot_fp8_gain
 
-# %% ../nbs/16_cli.ipynb #791136f9
+# %% ../nbs/16_cli.ipynb #ad410be0
 MAX_KV_GIB = 16 * 1024     # KV memory per rank: 16 TiB is more than one host holds; a larger budget is a typo or a unit slip
 MAX_TOKENS = 2 ** 32       # max_model_len, max_num_batched_tokens: beyond any context a model is served at
 VLLM_BLOCK_MULTIPLE = 16   # vLLM 0.32: FlashAttention, Triton and FlexAttention declare MultipleOf(16)
@@ -45,7 +45,7 @@ def block_size_arg(text: str) -> int:
                                          f"{VLLM_BLOCK_MULTIPLE} (16, 32, 48, 64, ...), got {v}")
     return v
 
-# %% ../nbs/16_cli.ipynb #3bf35c83
+# %% ../nbs/16_cli.ipynb #b415decc
 CONFIGS = {"inkling-small": inkling_small, "tiny": tiny}
 SEED_BUDGET = 535_384 * 229_376    # the seed table's KV memory per rank (its fp8 block count x fp8 bytes per block): 114.37 GiB
 REPORT_SETTING = (131_072, 16_384)  # the report's default (max_model_len, max_num_batched_tokens), a row of the seed's table
@@ -96,7 +96,7 @@ def _add_capacity_parser(sub):
     cp.add_argument("--json", action="store_true", help="print JSON instead of text")
     return cp
 
-# %% ../nbs/16_cli.ipynb #15f92b67
+# %% ../nbs/16_cli.ipynb #755389a6
 @dataclass
 class Section:
     "One part of the report: terminal lines, a markdown body, plots (file name -> figure), numbers, and a verdict."
@@ -118,7 +118,7 @@ class ReportContext:
     quick: bool
     shared: dict = field(default_factory=dict)
 
-# %% ../nbs/16_cli.ipynb #1c201604
+# %% ../nbs/16_cli.ipynb #aaec29a9
 def _verdict(kind) -> str: return f"{kind.name} via {' > '.join(kind.backends)}"
 
 def resolve_device(requested: str = "auto", *, cuda_available: bool | None = None, capability=None, platform_name: str | None = None) -> dict:
@@ -147,7 +147,7 @@ def environment(device: str) -> dict:
                       else "native Triton on the GPU, in a child process")
     return env
 
-# %% ../nbs/16_cli.ipynb #7b08442c
+# %% ../nbs/16_cli.ipynb #54ddd672
 def environment_section(ctx: ReportContext) -> Section:
     "Versions, the device and the gate's verdicts."
     e, g = ctx.env, ctx.device["gate"]
@@ -193,7 +193,7 @@ def capacity_section(ctx: ReportContext) -> Section:
                         pools={dt: dict(num_blocks=p.num_blocks, pool_tokens=p.pool_tokens, max_concurrency=p.max_concurrency) for dt, p in plans.items()},
                         sensitivity=rows))
 
-# %% ../nbs/16_cli.ipynb #7db4504a
+# %% ../nbs/16_cli.ipynb #c60f1386
 ATTN_TOL = dict(fp8=dict(max_abs=0.15, rel_fro=3e-2), bf16=dict(max_abs=math.inf, rel_fro=1e-2))   # 07's tolerances
 ATTN_CASES = {   # name -> (requests [(id, cached, new)], rel extent E, window); the first two run in --quick
     "prefill + chunked prefill + decodes, global E=128": ([("a", 0, 40), ("b", 150, 33), ("c", 300, 1), ("d", 57, 1)], 128, None),
@@ -316,7 +316,7 @@ def run_kernel_checks(device: str, *, quick: bool, seed: int, timeout: float = 1
         raise RuntimeError(f"the kernel-check process exited with status {proc.returncode}; its output: {proc.stdout[-2000:]!r}")
     return json.loads(line[len(KERNEL_MARK):])
 
-# %% ../nbs/16_cli.ipynb #6fa07ecf
+# %% ../nbs/16_cli.ipynb #19a7118b
 def _fig():
     from matplotlib.figure import Figure   # no pyplot: no backend, no global state
     return Figure(figsize=(9, 3.6), layout="constrained")
@@ -362,7 +362,7 @@ def kernel_section(ctx: ReportContext) -> Section:
     except ImportError as e: md += ["", f"(plot skipped: {e})"]
     return Section("kernels", "Kernels on fresh random data", summary, "\n".join(md), store_ok and attn_ok, plots, r)
 
-# %% ../nbs/16_cli.ipynb #1041f3d5
+# %% ../nbs/16_cli.ipynb #151a09bd
 def plot_rescale_sweep(sweep: list, bound: float):
     "Emulator error and clipped share of P against the lazy-rescale threshold, with the bound and the stress tolerance."
     from inkling_fp8kv.rescale import STRESS_REL_FRO, SAFE_RESCALE_THRESHOLD
@@ -413,7 +413,7 @@ def rescale_section(ctx: ReportContext) -> Section:
     except ImportError as e: md += ["", f"(plot skipped: {e})"]
     return Section("rescale", "The lazy-rescale bound", summary, "\n".join(md), ok, plots, dict(bound=bound, sweep=sweep, kernel=live))
 
-# %% ../nbs/16_cli.ipynb #cdbc6ba2
+# %% ../nbs/16_cli.ipynb #70471ce3
 def model_section(ctx: ReportContext) -> Section:
     "The tiny-model paired evaluation (quick), with the committed full run's scorecard when the checkout has it."
     from inkling_fp8kv.evaluate import quick_eval
@@ -427,8 +427,8 @@ def model_section(ctx: ReportContext) -> Section:
           f"{r['kernels']} kernels, {r['seconds']:.0f} s. Descriptive at this n.", "",
           "| arm | retrieval accuracy | top-1 agreement with bf16 | max perplexity change vs bf16 |", "|---|---:|---:|---:|"]
     md += [f"| {a} | {acc[a]:.0%} | {v['top1_agreement']:.1%} | {max(abs(d['ppl_change']) for d in v['drift'].values()):.2%} |" for a, v in r["arm"].items()]
-    md += ["", f"V clip at unity scale (store-site observer): " + (", ".join(f"layer {i}: {c:.1%}" for i, c in clip.items()) or "none"),
-           f"Calibrated V scales above 1: " + (", ".join(f"layer {i}: {s['v_scale']:.1f}" for i, s in r["scales"].items() if s["v_scale"] > 1) or "none")]
+    md += ["", "V clip at unity scale (store-site observer): " + (", ".join(f"layer {i}: {c:.1%}" for i, c in clip.items()) or "none"),
+           "Calibrated V scales above 1: " + (", ".join(f"layer {i}: {s['v_scale']:.1f}" for i, s in r["scales"].items() if s["v_scale"] > 1) or "none")]
     root = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
     full = root / "bench" / "results" / "evaluate.json"
     if full.exists():
@@ -441,7 +441,7 @@ def model_section(ctx: ReportContext) -> Section:
     summary = [" · ".join(f"{a} {acc[a]:.0%}" for a in acc) + f" (n={n} at depth {depth}; descriptive)"]
     return Section("model", "The tiny Inkling: paired bf16 vs fp8", summary, "\n".join(md), ok, data=dict(accuracy=acc, n=n, depth=depth, clip=clip))
 
-# %% ../nbs/16_cli.ipynb #839f0ded
+# %% ../nbs/16_cli.ipynb #0f13fd69
 # The report's sections, in order: each is `(ReportContext) -> Section`; a new one is one more function appended here.
 REPORT_SECTIONS = [environment_section, capacity_section, kernel_section, rescale_section, model_section]
 NOT_YET = ""          # what the report does not cover yet (printed when non-empty)
@@ -518,7 +518,7 @@ def run_report(a, rp, sections=None) -> int:
     print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'PASS'}")
     return 1 if failed else 0
 
-# %% ../nbs/16_cli.ipynb #c568c8b9
+# %% ../nbs/16_cli.ipynb #aa036756
 def _suite_list(text: str) -> list:
     "`--suite`: `all` (every registered suite, in order) or registered names, comma-separated."
     from inkling_fp8kv.bench import SUITES
@@ -560,7 +560,7 @@ def run_bench(a, bp, argv: list) -> int:
     print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'all suites ran'}")
     return 1 if failed else 0
 
-# %% ../nbs/16_cli.ipynb #b58b1f10
+# %% ../nbs/16_cli.ipynb #a28a9b2c
 def _add_calibrate_parser(sub):
     kp = sub.add_parser("calibrate", help="per-layer K/V scales from store-site ranges, written into a checkpoint (or a copy)",
                         description="Observe a checkpoint's K/V ranges at the store sites and write per-layer k/v scales.")
@@ -594,7 +594,7 @@ def run_calibrate(a, kp) -> int:
     print("dry run: nothing written" if a.dry_run else r["written"].summary())
     return 0
 
-# %% ../nbs/16_cli.ipynb #469ec68e
+# %% ../nbs/16_cli.ipynb #a9fb6ce5
 def _add_report_parser(sub):
     rp = sub.add_parser("report", help="the main job: environment and gate, capacity, kernel checks, the rescale bound -> a report folder",
                         description="Measure what fp8 changes on this machine and write report.md, report.json and plots.")

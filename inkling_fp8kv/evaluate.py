@@ -6,17 +6,15 @@
 __all__ = ['ARMS', 'BUCKETS', 'PPL_MARGIN', 'ACC_MARGIN', 'mcnemar_exact', 'predictable_positions', 'bucket_of', 'discordant',
            'run_arm', 'paired_eval', 'clip_table', 'quick_eval']
 
-# %% ../nbs/13_evaluate.ipynb #e6daf02d
-import json, math, time, platform, sys
-from dataclasses import dataclass, field
+# %% ../nbs/13_evaluate.ipynb #82c05f28
+import math, time
 from pathlib import Path
 import numpy as np
 import torch
-from .model import Engine, InklingLM, GET, BOS, FILLER, retrieval_prompts, tiny_checkpoint, plant_v_outliers
+from .model import Engine, InklingLM, GET, FILLER, retrieval_prompts, tiny_checkpoint, plant_v_outliers
 from .calibrate import calibrate_checkpoint, calibration_batches, observe_kv_ranges
-from .numerics import band_stats
 
-# %% ../nbs/13_evaluate.ipynb #5aa6cc6f
+# %% ../nbs/13_evaluate.ipynb #d5f5d6e0
 ARMS = ("bf16", "bf16_control", "fp8_unity", "fp8_calibrated")
 BUCKETS = (0, 512, 1024, 2048)
 PPL_MARGIN, ACC_MARGIN = 0.005, 0.02           # fixed before any run: 0.5% perplexity per bucket, 2 points of accuracy per depth
@@ -43,7 +41,7 @@ def discordant(base_correct, arm_correct) -> tuple:
     a0, a = np.asarray(base_correct, bool), np.asarray(arm_correct, bool)
     return int((a0 & ~a).sum()), int((~a0 & a).sum())
 
-# %% ../nbs/13_evaluate.ipynb #47aa871a
+# %% ../nbs/13_evaluate.ipynb #ca291f7a
 def run_arm(model: InklingLM, prompts: list, answers: list, *, nonce: int | None = None, max_num_batched_tokens: int = 4096,
             max_num_seqs: int = 32, progress: bool = False) -> dict:
     "Teacher-forced scores of `prompt + [answer]` per prompt: NLL at predictable positions (with their absolute positions), top-1 there, and whether the final answer is top-1."
@@ -62,7 +60,7 @@ def run_arm(model: InklingLM, prompts: list, answers: list, *, nonce: int | None
                         correct=bool(sc["top1"][-1] == s[-1])))
     return out
 
-# %% ../nbs/13_evaluate.ipynb #b3131f03
+# %% ../nbs/13_evaluate.ipynb #a7f64e85
 def _arm_model(ck, arm, scales, kernels, device):
     dt = "bfloat16" if arm.startswith("bf16") else "fp8_e4m3"
     m = InklingLM.from_pretrained(ck, kv_cache_dtype=dt, kernels=kernels, device=device, warn=False)
@@ -128,7 +126,7 @@ def paired_eval(checkpoint, *, arms=ARMS, depths=(512, 2048), n: int = 200, seed
     out["seconds"] = round(time.time() - t0, 1)
     return out
 
-# %% ../nbs/13_evaluate.ipynb #1390e077
+# %% ../nbs/13_evaluate.ipynb #b590e912
 def clip_table(checkpoint, scales, kernels, device, prompts) -> list:
     "Per layer and stream (K, V): clip and flush rates at unity and at the calibrated scales, on `prompts`."
     m = InklingLM.from_pretrained(checkpoint, kv_cache_dtype="bfloat16", kernels=kernels, device=device, warn=False)
@@ -142,7 +140,7 @@ def clip_table(checkpoint, scales, kernels, device, prompts) -> list:
                              clip_calibrated=c["clip"] if c else None, flush_calibrated=c["flush"] if c else None))
     return rows
 
-# %% ../nbs/13_evaluate.ipynb #e7e73255
+# %% ../nbs/13_evaluate.ipynb #a3b77c53
 def quick_eval(*, n: int = 12, depth: int = 300, device=None, workdir=None, progress: bool = False) -> dict:
     "A small descriptive paired run on the planted tiny model (for `inkling-fp8kv report`)."
     import tempfile

@@ -124,12 +124,12 @@ def main():
     bw = 2 * x.numel() / (timed(lambda: y.copy_(x)) * 1e-6) / 1e12
     log(kind="copy_bandwidth", tbps=bw); del x, y
     # --- a small sweep around the committed defaults, then the grid with the winners
-    plain = dict(ATTN_CONFIGS["decode_fp8"], perm_v=False, maxnreg=None)   # V columns in cache order, no register cap
-    perm = dict(plain, perm_v=True)                                          # V columns reordered (see the 07 notebook)
+    plain = dict(ATTN_CONFIGS["decode_fp8"], perm_v=False)   # V columns in cache order
+    perm = dict(plain, perm_v=True)                            # V columns reordered (see the 07 notebook)
     wide = [dict(plain, block_n=64, num_warps=2, num_stages=3), dict(plain, block_n=16, num_stages=6)]
-    cands = [dict(perm, maxnreg=152), perm, plain] + [dict(plain, **o) for o in (dict(lazy_skip=False), dict(split_waves=8), dict(split_waves=32),
-                                                                                 dict(num_stages=6))] + wide + [dict(ATTN_CONFIGS["decode_bf16"])]
-    cands1 = [dict(c, split_waves=w) for c in [dict(perm, maxnreg=152), plain, dict(ATTN_CONFIGS["decode1_fp8"], perm_v=True)] + wide
+    cands = [perm, plain] + [dict(plain, **o) for o in (dict(lazy_skip=False), dict(split_waves=8), dict(split_waves=32),
+                                                        dict(num_stages=6))] + wide + [dict(ATTN_CONFIGS["decode_bf16"])]
+    cands1 = [dict(c, split_waves=w) for c in [perm, plain, dict(ATTN_CONFIGS["decode1_fp8"], perm_v=True)] + wide
               + [dict(ATTN_CONFIGS["decode_bf16"])] for w in (2, 4)]
     cfg = {}
     for dt in (F8, BF):

@@ -16,10 +16,10 @@ from .rescale import MAX_OFFSET, SAFE_RESCALE_THRESHOLD, check_rescale_threshold
 
 # %% ../nbs/07_attention.ipynb #a46f36ce
 @triton.jit
-def _p_to_mma(p, IS_FP8: tl.constexpr, EXACT_CAST: tl.constexpr):
+def _p_to_mma(p, IS_FP8: tl.constexpr, INTERP: tl.constexpr):
     # P >= 0 and finite; fp8: e4m3 with saturation at 448 (the silent clip the rescale bound rules out)
     if IS_FP8:
-        if EXACT_CAST:
+        if INTERP:
             return tl_quantize_e4m3(p).to(tl.float8e4nv, bitcast=True)
         else:
             return tl.minimum(p, 448.0).to(tl.float8e4nv)
@@ -32,15 +32,9 @@ def _swap_cols(x, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, A: tl.constexpr, B
     return tl.reshape(tl.permute(tl.reshape(x, [ROWS, HEAD_DIM // 32, A, B]), [0, 1, 3, 2]), [ROWS, HEAD_DIM])
 
 @triton.jit
-def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, kv_len, j0,
-          pos, tok_rel_off, head, row_valid,
-          sm_scale_log2, threshold, E, W,
-          stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh,
-          kv_head_off_k, kv_head_off_v,
-          BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-          MASKED: tl.constexpr, HAS_WINDOW: tl.constexpr,
-          IS_FP8: tl.constexpr, P_OFFSET: tl.constexpr, EXACT_CAST: tl.constexpr, DOT_F32: tl.constexpr,
-          QK_F16: tl.constexpr, PV_F16: tl.constexpr, LAZY_SKIP: tl.constexpr, PERM_V: tl.constexpr):
+def _kv_tile(K, V, bt_row, num_blocks, kv_len, j0, stride_ks, stride_kb, stride_vs, stride_vb, kv_head_off_k, kv_head_off_v,
+             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr):
+    # keys j0 .. j0 + BLOCK_N of one KV head from the paged caches; rows at or past kv_len read as zeros
     offs_n = j0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     kv_ok = offs_n < kv_len
@@ -55,13 +49,15 @@ def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, kv_len, j0,
     slot_v = blk * stride_vb + (offs_n % PAGE) * stride_vs + kv_head_off_v
     k = tl.load(K + slot_k[:, None] + offs_d[None, :], mask=kv_ok[:, None], other=0.0)
     v = tl.load(V + slot_v[:, None] + offs_d[None, :], mask=kv_ok[:, None], other=0.0)
-    if PERM_V:
-        # V's columns reordered, d = 32a + 4c + r -> 32a + 8r + c: see "The V operand in decode" (undone on the output)
-        v = _swap_cols(v, BLOCK_N, HEAD_DIM, 8, 4)
-    if DOT_F32:
+    return k, v
+
+@triton.jit
+def _tile(q, k, v, acc, l_i, m_i, REL, kv_len, j0, pos, tok_rel_off, row_valid, sm_scale_log2, threshold, E, W,
+          BLOCK_N: tl.constexpr, MASKED: tl.constexpr, HAS_WINDOW: tl.constexpr,
+          IS_FP8: tl.constexpr, P_OFFSET: tl.constexpr, INTERP: tl.constexpr, LAZY_SKIP: tl.constexpr):
+    offs_n = j0 + tl.arange(0, BLOCK_N)
+    if INTERP:
         qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)))
-    elif QK_F16:
-        qk = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16)))
     else:
         qk = tl.dot(q, tl.trans(k))
     s = qk * sm_scale_log2
@@ -70,7 +66,7 @@ def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, kv_len, j0,
         in_e = (d >= 0) & (d < E) & row_valid[:, None]
         rel = tl.load(REL + tok_rel_off[:, None] + d, mask=in_e, other=0.0).to(tl.float32)
         s = s + rel * 1.4426950408889634  # bias in nats -> log2 units
-        vis = (d >= 0) & kv_ok[None, :]
+        vis = (d >= 0) & (offs_n < kv_len)[None, :]
         if HAS_WINDOW:
             vis = vis & (d < W)
         s = tl.where(vis, s, float("-inf"))
@@ -90,11 +86,12 @@ def _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, kv_len, j0,
         acc = acc * alpha[:, None]
         l_i = l_i * alpha
     p = tl.exp2(s - m_safe[:, None] + P_OFFSET)
-    p_mma = _p_to_mma(p, IS_FP8, EXACT_CAST)
+    p_mma = _p_to_mma(p, IS_FP8, INTERP)
     l_i = l_i + tl.sum(p_mma.to(tl.float32), 1)
-    if DOT_F32:
+    if INTERP:
         acc += tl.dot(p_mma.to(tl.float32), v.to(tl.float32))
-    elif PV_F16:
+    elif IS_FP8:
+        # e4m3 P and V converted exactly to fp16: V is not K-major, see "Where the products run"
         acc = tl.dot(p_mma.to(tl.float16), v.to(tl.float16), acc)
     else:
         acc = tl.dot(p_mma, v, acc)
@@ -106,10 +103,8 @@ def _prefill_kernel(Q, K, V, REL, OUT, BT, SEQ, CU,
                     stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                     stride_rt, stride_rh, stride_ot, stride_oh, stride_btb,
                     G: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-                    HAS_WINDOW: tl.constexpr, IS_FP8: tl.constexpr, P_OFFSET: tl.constexpr,
-                    EXACT_CAST: tl.constexpr, DOT_F32: tl.constexpr, QK_F16: tl.constexpr, PV_F16: tl.constexpr, LAZY_SKIP: tl.constexpr):
+                    HAS_WINDOW: tl.constexpr, IS_FP8: tl.constexpr, P_OFFSET: tl.constexpr, INTERP: tl.constexpr, LAZY_SKIP: tl.constexpr):
     BLOCK_M: tl.constexpr = BLOCK_Q * G
-    PERM_V: tl.constexpr = False
     pid_q = tl.program_id(0)
     b = tl.program_id(1)
     hkv = tl.program_id(2)
@@ -143,13 +138,14 @@ def _prefill_kernel(Q, K, V, REL, OUT, BT, SEQ, CU,
     kh = hkv.to(tl.int64) * stride_kh
     vh = hkv.to(tl.int64) * stride_vh
     for it in range(0, n_far):
-        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, kv_len, lo + it * BLOCK_N, pos, tok_rel_off, head, row_valid,
-                              sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
-                              BLOCK_N, HEAD_DIM, PAGE, False, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
+        j0 = lo + it * BLOCK_N
+        k, v = _kv_tile(K, V, bt_row, num_blocks, kv_len, j0, stride_ks, stride_kb, stride_vs, stride_vb, kh, vh, BLOCK_N, HEAD_DIM, PAGE)
+        acc, l_i, m_i = _tile(q, k, v, acc, l_i, m_i, REL, kv_len, j0, pos, tok_rel_off, row_valid, sm_scale_log2, threshold, E, W,
+                              BLOCK_N, False, HAS_WINDOW, IS_FP8, P_OFFSET, INTERP, LAZY_SKIP)
     for j0 in range(lo + n_far * BLOCK_N, hi, BLOCK_N):
-        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, kv_len, j0, pos, tok_rel_off, head, row_valid,
-                              sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
-                              BLOCK_N, HEAD_DIM, PAGE, True, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
+        k, v = _kv_tile(K, V, bt_row, num_blocks, kv_len, j0, stride_ks, stride_kb, stride_vs, stride_vb, kh, vh, BLOCK_N, HEAD_DIM, PAGE)
+        acc, l_i, m_i = _tile(q, k, v, acc, l_i, m_i, REL, kv_len, j0, pos, tok_rel_off, row_valid, sm_scale_log2, threshold, E, W,
+                              BLOCK_N, True, HAS_WINDOW, IS_FP8, P_OFFSET, INTERP, LAZY_SKIP)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None] * out_scale
     tl.store(OUT + t_glob[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :], o.to(OUT.dtype.element_ty), mask=row_valid[:, None])
@@ -160,8 +156,7 @@ def _decode_split_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
                          stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                          stride_rt, stride_rh, stride_btb, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
                          G: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-                         HAS_WINDOW: tl.constexpr, IS_FP8: tl.constexpr, P_OFFSET: tl.constexpr,
-                         EXACT_CAST: tl.constexpr, DOT_F32: tl.constexpr, QK_F16: tl.constexpr, PV_F16: tl.constexpr, LAZY_SKIP: tl.constexpr,
+                         HAS_WINDOW: tl.constexpr, IS_FP8: tl.constexpr, P_OFFSET: tl.constexpr, INTERP: tl.constexpr, LAZY_SKIP: tl.constexpr,
                          PERM_V: tl.constexpr):
     b = tl.program_id(0)
     hkv = tl.program_id(1)
@@ -193,14 +188,19 @@ def _decode_split_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
     acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)
     kh = hkv.to(tl.int64) * stride_kh
     vh = hkv.to(tl.int64) * stride_vh
+    # PERM_V: V's columns reordered, d = 32a + 4c + r -> 32a + 8r + c, see "The V operand in decode" (undone on the output)
     for j0 in range(start, far_end, BLOCK_N):
-        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, kv_len, j0, pos, tok_rel_off, head, row_valid,
-                              sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
-                              BLOCK_N, HEAD_DIM, PAGE, False, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
+        k, v = _kv_tile(K, V, bt_row, num_blocks, kv_len, j0, stride_ks, stride_kb, stride_vs, stride_vb, kh, vh, BLOCK_N, HEAD_DIM, PAGE)
+        if PERM_V:
+            v = _swap_cols(v, BLOCK_N, HEAD_DIM, 8, 4)
+        acc, l_i, m_i = _tile(q, k, v, acc, l_i, m_i, REL, kv_len, j0, pos, tok_rel_off, row_valid, sm_scale_log2, threshold, E, W,
+                              BLOCK_N, False, HAS_WINDOW, IS_FP8, P_OFFSET, INTERP, LAZY_SKIP)
     for j0 in range(far_end, end, BLOCK_N):
-        acc, l_i, m_i = _tile(q, acc, l_i, m_i, K, V, REL, bt_row, num_blocks, end, j0, pos, tok_rel_off, head, row_valid,
-                              sm_scale_log2, threshold, E, W, stride_ks, stride_kb, stride_vs, stride_vb, stride_rt, stride_rh, kh, vh,
-                              BLOCK_N, HEAD_DIM, PAGE, True, HAS_WINDOW, IS_FP8, P_OFFSET, EXACT_CAST, DOT_F32, QK_F16, PV_F16, LAZY_SKIP, PERM_V)
+        k, v = _kv_tile(K, V, bt_row, num_blocks, end, j0, stride_ks, stride_kb, stride_vs, stride_vb, kh, vh, BLOCK_N, HEAD_DIM, PAGE)
+        if PERM_V:
+            v = _swap_cols(v, BLOCK_N, HEAD_DIM, 8, 4)
+        acc, l_i, m_i = _tile(q, k, v, acc, l_i, m_i, REL, end, j0, pos, tok_rel_off, row_valid, sm_scale_log2, threshold, E, W,
+                              BLOCK_N, True, HAS_WINDOW, IS_FP8, P_OFFSET, INTERP, LAZY_SKIP)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None]
     if PERM_V:
@@ -240,12 +240,20 @@ ATTN_CONFIGS = {
     "decode_bf16": dict(block_n=32, num_warps=1, num_stages=5, split_waves=16, lazy_skip=True),
     # a single decode request (batch 1): all its splits of one KV head in flight, wider key tiles win
     "decode1_fp8": dict(block_n=64, num_warps=2, num_stages=3, split_waves=4, lazy_skip=False, perm_v=True),
-    "decode1_bf16": dict(block_n=64, num_warps=2, num_stages=3, split_waves=4, lazy_skip=False),
+    "decode1_bf16": dict(block_n=64, num_warps=2, num_stages=3, split_waves=4, lazy_skip=True),
     # the interpreter: small tiles keep CI fast
     "prefill_interp": dict(block_q=8, block_n=32, num_warps=4, num_stages=1, lazy_skip=False),
     "decode_interp": dict(block_n=32, num_warps=4, num_stages=1, split_waves=1, lazy_skip=True, perm_v=True),
 }
 MAX_SPLITS = 256
+_LAUNCH_KEYS = dict(prefill=frozenset({"block_q", "block_n", "num_warps", "num_stages", "lazy_skip"}),
+                    decode=frozenset({"block_n", "num_warps", "num_stages", "split_waves", "lazy_skip", "perm_v"}))
+
+def _launch_config(kind: str, defaults: dict, config) -> dict:
+    "`defaults` overridden by a caller's `config`; a key the `kind` launch does not read is refused, never ignored."
+    bad = sorted(set(config or {}) - _LAUNCH_KEYS[kind])
+    if bad: raise ValueError(f"config keys {bad} are not {kind} launch parameters; accepted: {sorted(_LAUNCH_KEYS[kind])}")
+    return {**defaults, **(config or {})}
 
 def _num_sms(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
@@ -376,12 +384,11 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
     G, E, B = Hq // Hkv, rel_logits.shape[2], seq_lens.shape[0]
     interp = triton_target() == "interpreter"
     if triton_target() is None: raise RuntimeError("the triton backend needs a CUDA GPU or TRITON_INTERPRET=1 set before import")
-    common = dict(HEAD_DIM=D, PAGE=page, HAS_WINDOW=window is not None, IS_FP8=fp8, P_OFFSET=float(MAX_OFFSET) if fp8 else 0.0,
-                  EXACT_CAST=interp, DOT_F32=interp)
+    common = dict(HEAD_DIM=D, PAGE=page, HAS_WINDOW=window is not None, IS_FP8=fp8, P_OFFSET=float(MAX_OFFSET) if fp8 else 0.0, INTERP=interp)
     sm_log2 = softmax_scale * LOG2E
     W = window or 0
     if max_seqlen_q == 1:
-        cfg = {**decode_config(B, fp8=fp8, device=q.device)[1], **(config or {})}
+        cfg = _launch_config("decode", decode_config(B, fp8=fp8, device=q.device)[1], config)
         bn = cfg["block_n"]
         if num_splits is None:
             mk = max_seqlen_k if max_seqlen_k is not None else int(seq_lens.max().item())   # one host sync without max_seqlen_k
@@ -394,22 +401,21 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), rel_logits.stride(0), rel_logits.stride(1),
             block_table.stride(0), opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
-            G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_N=bn, QK_F16=fp8, PV_F16=fp8, LAZY_SKIP=cfg["lazy_skip"],
-            PERM_V=cfg.get("perm_v", False), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-            **({} if interp or not cfg.get("maxnreg") else dict(maxnreg=cfg["maxnreg"])), **common)
+            G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_N=bn, LAZY_SKIP=cfg["lazy_skip"], PERM_V=cfg.get("perm_v", False),
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
         _decode_merge_kernel[(B, Hq)](opart, lse, out, cu_seqlens_q, v_scale, num_splits,
                                       opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
                                       out.stride(0), out.stride(1), BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=D)
         return out
     _check(num_splits in (None, 1), f"num_splits={num_splits}: split-KV is for decode batches (max_seqlen_q == 1) only")
-    cfg = {**ATTN_CONFIGS["prefill_interp" if interp else ("prefill_fp8" if fp8 else "prefill_bf16")], **(config or {})}
+    cfg = _launch_config("prefill", ATTN_CONFIGS["prefill_interp" if interp else ("prefill_fp8" if fp8 else "prefill_bf16")], config)
     bq = max(cfg["block_q"], triton.cdiv(16, G))                      # at least 16 rows: the MMA's minimum
     _prefill_kernel[(triton.cdiv(max_seqlen_q, bq), B, Hkv)](
         q, k_cache, v_cache, rel_logits, out, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, v_scale, E, W, k_cache.shape[0],
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), rel_logits.stride(0), rel_logits.stride(1),
         out.stride(0), out.stride(1), block_table.stride(0),
-        G=G, BLOCK_Q=bq, BLOCK_N=cfg["block_n"], QK_F16=False, PV_F16=fp8, LAZY_SKIP=cfg["lazy_skip"],
+        G=G, BLOCK_Q=bq, BLOCK_N=cfg["block_n"], LAZY_SKIP=cfg["lazy_skip"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
     return out
 

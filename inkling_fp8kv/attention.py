@@ -377,7 +377,7 @@ def _raise_metadata(first, block_table, seq_lens, cu_seqlens_q, T, num_blocks, b
 
 # %% ../nbs/07_attention.ipynb #1f490673
 def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
-                          window, v_scale, threshold, num_splits, max_seqlen_k, out, config=None):
+                          window, v_scale, threshold, num_splits, max_seqlen_k, out, config=None, fast_path=None):
     fp8 = q.dtype == E4M3_DTYPE
     T, Hq, D = q.shape
     _, page, Hkv, _ = k_cache.shape
@@ -388,6 +388,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
     sm_log2 = softmax_scale * LOG2E
     W = window or 0
     if max_seqlen_q == 1:
+        if fast_path: raise NotImplementedError("fast_path=True, but a decode batch (max_seqlen_q == 1) runs the portable split-KV kernel")
         cfg = _launch_config("decode", decode_config(B, fp8=fp8, device=q.device)[1], config)
         bn = cfg["block_n"]
         if num_splits is None:
@@ -408,6 +409,14 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
                                       out.stride(0), out.stride(1), BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=D)
         return out
     _check(num_splits in (None, 1), f"num_splits={num_splits}: split-KV is for decode batches (max_seqlen_q == 1) only")
+    if fast_path or (fast_path is None and config is None and q.device.type == "cuda"):
+        from inkling_fp8kv import attention_sm90      # notebook 07c builds on this module: imported on first use
+        why = attention_sm90.sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=out)
+        if why is None:
+            return attention_sm90._prefill_sm90_launch(q, k_cache, v_cache, rel_logits, block_table=block_table, seq_lens=seq_lens,
+                                                       cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
+                                                       window=window, v_scale=v_scale, threshold=threshold, out=out)
+        if fast_path: raise NotImplementedError(f"fast_path=True, but the SM90 prefill kernel cannot run this call: {why}")
     cfg = _launch_config("prefill", ATTN_CONFIGS["prefill_interp" if interp else ("prefill_fp8" if fp8 else "prefill_bf16")], config)
     bq = max(cfg["block_q"], triton.cdiv(16, G))                      # at least 16 rows: the MMA's minimum
     _prefill_kernel[(triton.cdiv(max_seqlen_q, bq), B, Hkv)](
@@ -501,9 +510,10 @@ def select_backend(backend: str, *, fp8: bool, device: torch.device) -> str:
 # %% ../nbs/07_attention.ipynb #28c44d72
 def rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                   window=None, v_scale=1., rescale_threshold=None, num_splits=None, backend="auto", out=None,
-                  unsafe_threshold=False, max_seqlen_k=None, validate=True, config=None, tml_fa4_module=None) -> torch.Tensor:
+                  unsafe_threshold=False, max_seqlen_k=None, validate=True, config=None, tml_fa4_module=None, fast_path=None) -> torch.Tensor:
     """Inkling relative-bias attention over paged bf16 or e4m3 caches; returns bf16 `[T, Hq, 128]` (fp8 iff q and caches are e4m3).
-    `validate=True` checks the metadata against the tensors (one host sync); `validate=False` trusts it (no sync, graph-capturable)."""
+    `validate=True` checks the metadata against the tensors (one host sync); `validate=False` trusts it (no sync, graph-capturable).
+    `fast_path`: None runs fp8 prefill on the SM90 kernel (notebook 07c) where `sm90_eligible` allows, False never, True or raise."""
     fp8 = _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, window, out)
     thr = rescale_threshold if rescale_threshold is not None else (SAFE_RESCALE_THRESHOLD if fp8 else 8.0)
     if fp8: check_rescale_threshold(thr, unsafe_threshold=unsafe_threshold)
@@ -517,11 +527,14 @@ def rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_
     _check(fp8 or vs == 1.0, f"v_scale={vs} with a bf16 cache: descales apply to fp8 caches only")
     if out is None: out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     be = select_backend(backend, fp8=fp8, device=q.device)
+    _check(fast_path is None or isinstance(fast_path, bool), f"fast_path must be None, True or False, got {fast_path!r}")
+    _check(not (fast_path and config is not None), "fast_path=True takes no config: config= sets the portable prefill kernel's launch")
+    if fast_path and be != "triton": raise NotImplementedError(f"fast_path=True needs the triton backend, got {be!r}")
     if seq_lens.shape[0] == 0: return out                               # an empty batch: nothing to launch
     kw = dict(block_table=block_table, seq_lens=seq_lens, cu_seqlens_q=cu_seqlens_q, softmax_scale=float(softmax_scale), window=window, out=out)
     if be == "triton":
         return _triton_rel_attention(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, v_scale=vs, threshold=float(thr),
-                                     num_splits=num_splits, max_seqlen_k=mk, config=config, **kw)
+                                     num_splits=num_splits, max_seqlen_k=mk, config=config, fast_path=fast_path, **kw)
     if be == "flex": return _flex_rel_attention(q, k_cache, v_cache, rel_logits, v_scale=vs, **kw)
     return _tml_fa4_rel_attention(q, k_cache, v_cache, rel_logits, v_scale=vs, max_seqlen_q=max_seqlen_q, num_splits=num_splits,
                                   module=tml_fa4_module, **kw)

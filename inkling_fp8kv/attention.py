@@ -409,7 +409,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
                                       out.stride(0), out.stride(1), BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=D)
         return out
     _check(num_splits in (None, 1), f"num_splits={num_splits}: split-KV is for decode batches (max_seqlen_q == 1) only")
-    if fast_path or (fast_path is None and config is None and q.device.type == "cuda"):
+    if fast_path or (fast_path is None and fp8 and config is None and q.device.type == "cuda"):
         from inkling_fp8kv import attention_sm90      # notebook 07c builds on this module: imported on first use
         why = attention_sm90.sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=out)
         if why is None:

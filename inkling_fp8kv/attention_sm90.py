@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['sm90_eligible', 'prefill_sm90']
 
-# %% ../nbs/07c_attention_sm90.ipynb #a36b436c
+# %% ../nbs/07c_attention_sm90.ipynb #f278d43b
 import math
 from types import SimpleNamespace
 import torch
@@ -33,7 +33,7 @@ except (ImportError, AttributeError) as e:
 _BLOCK_M, _BLOCK_N, _STAGES, _NUM_WARPS = 128, 128, 4, 8
 _LOG2E = gl.constexpr(LOG2E)
 
-# %% ../nbs/07c_attention_sm90.ipynb #4663dcce
+# %% ../nbs/07c_attention_sm90.ipynb #90b69b46
 @gluon.jit
 def _issue_tile(k_desc, v_desc, k_smem, v_smem, bars, BT, bt_off, idx, n_tiles, lo, kv_len, oob_row, col_k, col_v,
                 STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BOX: gl.constexpr, PAGE: gl.constexpr):
@@ -51,7 +51,7 @@ def _issue_tile(k_desc, v_desc, k_smem, v_smem, bars, BT, bt_off, idx, n_tiles, 
             tma.async_copy_global_to_shared(k_desc, [row, col_k], bar, k_smem.index(s).slice(sub * BOX, BOX))
             tma.async_copy_global_to_shared(v_desc, [row, col_v], bar, v_smem.index(s).slice(sub * BOX, BOX))
 
-# %% ../nbs/07c_attention_sm90.ipynb #33799204
+# %% ../nbs/07c_attention_sm90.ipynb #0dc16ab6
 @gluon.jit
 def _issue_qk(q_smem, k_smem, bars, idx, n_tiles, s_layout: gl.constexpr, STAGES: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr):
@@ -62,7 +62,7 @@ def _issue_qk(q_smem, k_smem, bars, idx, n_tiles, s_layout: gl.constexpr, STAGES
     return warpgroup_mma(q_smem, k_smem.index(nxt % STAGES).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
                          use_acc=False, is_async=True)
 
-# %% ../nbs/07c_attention_sm90.ipynb #fcd7120f
+# %% ../nbs/07c_attention_sm90.ipynb #1f4c6042
 @gluon.jit
 def _step(acc0, acc1, l_i, m_i, qk, q_smem, k_smem, v_smem, vt_smem, bars, idx, n_tiles, lo, kv_len,
           pos, rel_off, REL, row_valid, sm_scale_log2, threshold, E, W,
@@ -120,7 +120,7 @@ def _step(acc0, acc1, l_i, m_i, qk, q_smem, k_smem, v_smem, vt_smem, bars, idx, 
         qk_next = _issue_qk(q_smem, k_smem, bars, idx, n_tiles, s_layout, STAGES, BLOCK_M, BLOCK_N)
     return acc0, acc1, l_i, m_new, qk_next
 
-# %% ../nbs/07c_attention_sm90.ipynb #f222af60
+# %% ../nbs/07c_attention_sm90.ipynb #4312214b
 @gluon.jit(do_not_specialize=["num_blocks"])
 def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
                          sm_scale_log2, threshold, out_scale, E, W, num_blocks, stride_kh, stride_vh,
@@ -229,7 +229,7 @@ def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
     gl.store(optr, (acc0 / l_safe[:, None] * out_scale).to(gl.bfloat16), mask=(to < q_len)[:, None])
     gl.store(optr + HEAD_DIM // 2, (acc1 / l_safe[:, None] * out_scale).to(gl.bfloat16), mask=(to < q_len)[:, None])
 
-# %% ../nbs/07c_attention_sm90.ipynb #c0bbc939
+# %% ../nbs/07c_attention_sm90.ipynb #4f18b215
 def _int32_span(t: torch.Tensor) -> int:
     "One past the largest element offset `t` addresses (its numel when contiguous)."
     return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
@@ -274,7 +274,7 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
         if t is not None and t.device != q.device: return f"{name} is on {t.device}, q on {q.device}"
     return None
 
-# %% ../nbs/07c_attention_sm90.ipynb #b0bcca78
+# %% ../nbs/07c_attention_sm90.ipynb #ca406027
 def _view_2d(cache: torch.Tensor) -> torch.Tensor:
     "An NHD cache as the 2-D `[num_blocks * block_size, cols]` view TMA reads: row block * block_size + offset, column head * stride(2) + d."
     nblk, page, H, D = cache.shape

@@ -5,20 +5,21 @@
 # %% auto #0
 __all__ = ['HEADER_KEYS', 'TIMINGS', 'WRITE_TOKENS', 'WRITE_SCALES', 'WRITE_TARGETS', 'ATTN_BLOCK', 'CONV_BLOCK', 'WRITE_SWEEP',
            'LAYER_TARGETS', 'PEER_HEADS', 'PEER_CASES', 'PEER_CASES_QUICK', 'PEER_CASES_SMOKE', 'PEER_CHECKS',
-           'PEER_TOL', 'PEERS', 'SUITES', 'ATTENTION_TARGETS', 'RENDER', 'run_header', 'write_json_atomic',
-           'checkout_root', 'load_results', 'on_gpu', 'timing_for', 'synchronize', 'graphed', 'time_us', 'copy_tbps',
-           'fill_tbps', 'matmul_tflops', 'measure_floors', 'paged_attention_inputs', 'ours', 'kv_bytes', 'causal_flops',
-           'dense_inputs', 'dense_reference', 'sdpa_nobias', 'flex_scoremod', 'peer_error', 'fa4_version', 'fa4_call',
+           'PEER_TOL', 'PEERS', 'SM90_TARGETS', 'SM90_PREFILL', 'SM90_GRID_PREFILL', 'SM90_GRID_DECODE', 'SM90_SMOKE',
+           'SUITES', 'ATTENTION_TARGETS', 'RENDER', 'run_header', 'write_json_atomic', 'checkout_root', 'load_results',
+           'on_gpu', 'timing_for', 'synchronize', 'graphed', 'time_us', 'copy_tbps', 'fill_tbps', 'matmul_tflops',
+           'measure_floors', 'paged_attention_inputs', 'ours', 'kv_bytes', 'causal_flops', 'dense_inputs',
+           'dense_reference', 'sdpa_nobias', 'flex_scoremod', 'peer_error', 'fa4_version', 'fa4_call',
            'write_head_configs', 'write_requests', 'write_case', 'write_prep', 'write_checks', 'write_row',
            'write_summary', 'write_sweep', 'write_suite', 'only_programs', 'write_part_bytes', 'write_parts_suite',
-           'layer_geometries', 'layer_cases', 'layer_build', 'layer_parts', 'layer_suite', 'peers_suite', 'run_script',
-           'Suite', 'register_suite', 'check_device', 'run_suite', 'script_main', 'provenance', 'write_path_table',
-           'write_path_reading', 'write_sweep_reading', 'plot_write_path', 'render_write_path',
+           'layer_geometries', 'layer_cases', 'layer_build', 'layer_parts', 'layer_suite', 'peers_suite', 'sm90_suite',
+           'run_script', 'Suite', 'register_suite', 'check_device', 'run_suite', 'script_main', 'provenance',
+           'write_path_table', 'write_path_reading', 'write_sweep_reading', 'plot_write_path', 'render_write_path',
            'render_write_path_parts', 'render_layer', 'plot_layer', 'render_peers', 'plot_peers', 'attention_tables',
            'attention_reading', 'plot_attention', 'render_attention', 'render_decode_splits', 'render_notes',
-           'render_engine', 'render_evaluate', 'summary_markdown']
+           'render_engine', 'render_evaluate', 'render_sm90', 'summary_markdown']
 
-# %% ../nbs/15_bench.ipynb #761268d1
+# %% ../nbs/15_bench.ipynb #debc0a32
 import argparse, contextlib, datetime, json, math, os, platform, statistics, subprocess, sys, tempfile, time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ import torch
 import triton
 from .numerics import E4M3_DTYPE
 
-# %% ../nbs/15_bench.ipynb #8c115e9d
+# %% ../nbs/15_bench.ipynb #b0578e80
 HEADER_KEYS = ("gpu", "torch", "triton", "date", "command")   # every results file carries these
 
 def run_header(command: str, device="cuda") -> dict:
@@ -66,7 +67,7 @@ def load_results(folder=None) -> dict:
         folder = checkout_root() / "bench" / "results"
     return {p.stem: json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))}
 
-# %% ../nbs/15_bench.ipynb #c573dbce
+# %% ../nbs/15_bench.ipynb #bd0db237
 TIMINGS = dict(
     replay="triton.testing.do_bench median of one CUDA-graph replay per call (the graph captured once, L2 flushed between calls)",
     cudagraph="triton.testing.do_bench_cudagraph median: the calls captured back to back in one graph (kernel time, no launch gaps)",
@@ -101,7 +102,7 @@ def time_us(fn, mode: str = "replay", *, warmup: int = 25, rep: int = 100) -> fl
         return do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3
     return do_bench(graphed(fn) if mode == "replay" else fn, warmup=warmup, rep=rep, return_mode="median") * 1e3
 
-# %% ../nbs/15_bench.ipynb #19bd83fe
+# %% ../nbs/15_bench.ipynb #a639ffb5
 def copy_tbps(device="cuda", nbytes: int = 1 << 30) -> float:
     "Measured copy bandwidth in TB/s: bytes read + written by `dst.copy_(src)` over its median time."
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
@@ -137,7 +138,7 @@ def measure_floors(device="cuda", *, smoke: bool = False) -> dict:
     torch.cuda.empty_cache() if on_gpu(device) else None
     return out
 
-# %% ../nbs/15_bench.ipynb #c13f3396
+# %% ../nbs/15_bench.ipynb #1bc4cf1f
 def paged_attention_inputs(B: int, kv: int, Hq: int, q_len: int, dtype, *, E: int = 1024, Hkv: int = 2, page: int | None = None,
                            device="cuda", seed: int = 0) -> dict:
     "Random `rel_attention` inputs: `B` requests of `kv` keys (the last `q_len` new) in a shuffled paged cache (pages: 64 tokens e4m3, 32 bf16)."
@@ -156,13 +157,13 @@ def paged_attention_inputs(B: int, kv: int, Hq: int, q_len: int, dtype, *, E: in
                 seq_lens=torch.full((B,), kv, device=device, dtype=torch.int32),
                 cu_seqlens_q=torch.arange(B + 1, device=device, dtype=torch.int32) * q_len, max_seqlen_q=q_len, max_seqlen_k=kv)
 
-def ours(inp: dict, *, window: int | None = None, config: dict | None = None, num_splits: int | None = None):
-    "`attention.rel_attention` on `inp` as a zero-argument closure (softmax scale 1/128, output preallocated)."
+def ours(inp: dict, *, window: int | None = None, config: dict | None = None, num_splits: int | None = None, fast_path=None):
+    "`attention.rel_attention` on `inp` as a zero-argument closure (softmax scale 1/128, output preallocated; `fast_path` as there)."
     from inkling_fp8kv.attention import rel_attention
     out = torch.empty(inp["q"].shape, dtype=torch.bfloat16, device=inp["q"].device)
     kw = {k: inp[k] for k in ("block_table", "seq_lens", "cu_seqlens_q", "max_seqlen_q", "max_seqlen_k")}
     return lambda: rel_attention(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], **kw, softmax_scale=1 / 128,
-                                 window=window, config=config, num_splits=num_splits, out=out, validate=False)
+                                 window=window, config=config, num_splits=num_splits, fast_path=fast_path, out=out, validate=False)
 
 def kv_bytes(B: int, kv: int, dtype, *, Hkv: int = 2, window: int | None = None) -> int:
     "K and V bytes one decode step reads: B · min(kv, window) keys · Hkv heads · 2 · 128 elements."
@@ -175,7 +176,7 @@ def causal_flops(q_len: int, kv: int, Hq: int, window: int | None = None) -> flo
     if window: pairs = sum(min(n, window) for n in range(n0, kv + 1))
     return 4.0 * 128 * Hq * pairs
 
-# %% ../nbs/15_bench.ipynb #d8137b55
+# %% ../nbs/15_bench.ipynb #cbdcd595
 def dense_inputs(B: int, Sq: int, kv: int, Hq: int = 16, Hkv: int = 2, E: int = 1024, *, device="cuda", seed: int = 0) -> dict:
     "bf16 inputs of the dense peers: q [B, Hq, Sq, 128], k and v [B, Hkv, kv, 128], the bias rel [B, Hq, Sq, E]."
     g = torch.Generator(device=device).manual_seed(seed)
@@ -222,7 +223,7 @@ def peer_error(fn, inp: dict, heads=((0, 0), (-1, -1))) -> float:
     B, H = out.shape[:2]
     return max((out[b % B, h % H].float() - dense_reference(inp, b % B, h % H)).abs().max().item() for b, h in heads)
 
-# %% ../nbs/15_bench.ipynb #7abae4ea
+# %% ../nbs/15_bench.ipynb #8afb50e5
 def _dist_version(*names) -> str | None:
     from importlib.metadata import version, PackageNotFoundError
     for n in names:
@@ -263,12 +264,12 @@ def fa4_call(inp: dict, *, bias: bool = True):
         return (o[0] if isinstance(o, tuple) else o).transpose(1, 2)
     return run
 
-# %% ../nbs/15_bench.ipynb #01462c6f
+# %% ../nbs/15_bench.ipynb #b628de7a
 def _log(t0: float, msg: str): print(f"[{time.time() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 def _err(e: BaseException) -> str: return f"{type(e).__name__}: {str(e)[-400:]}"
 
-# %% ../nbs/15_bench.ipynb #96e9d13c
+# %% ../nbs/15_bench.ipynb #b7103936
 WRITE_TOKENS = (33, 2048, 16384)
 WRITE_SCALES = {"fp8": (0.5, 2.0), "fp8c": (1.0, 2.36)}        # (k_scale, v_scale): powers of two / a calibrated layer's
 WRITE_TARGETS = dict(median_ratio=1.00, max_ratio=1.03, bw_frac_16k=0.80)
@@ -306,7 +307,7 @@ def write_case(geom, cfg, T: int, *, seed: int, device) -> dict:
     return dict(qkvr=qkvr, w=random_prep_weights(geom, seed=seed + 2, device=device), meta=m, tau=tau, conv_cache=conv_cache,
                 nb_attn=nb_attn, gen=gen)
 
-# %% ../nbs/15_bench.ipynb #79397a5c
+# %% ../nbs/15_bench.ipynb #d02374d2
 def write_prep(case: dict, geom, kv_dtype, *, scales=WRITE_SCALES["fp8"], configs=None):
     "(closure running `qkvr_prep` on `case` into a fresh packed HND cache of random bytes, its caches); validate=False: graph-capturable."
     from inkling_fp8kv.store import qkvr_prep
@@ -338,7 +339,7 @@ def write_checks(case: dict, geom) -> dict:
                     f"{tag}_k_bytes_equal": byte_eq(cf["k"], cb["k"], ks), f"{tag}_v_bytes_equal": byte_eq(cf["v"], cb["v"], vs)})
     return out
 
-# %% ../nbs/15_bench.ipynb #91d09b1d
+# %% ../nbs/15_bench.ipynb #f7e02aa6
 def _rounds(fns: dict, rounds: int, device, t0: float) -> dict:
     "Per-round (eager, CUDA-graph) medians of each closure; the closures alternate and their order flips every other round."
     times = {tag: [] for tag in fns}
@@ -374,7 +375,7 @@ def write_row(name: str, geom, cfg, T: int, device, *, copy_tbps: float, rounds:
         row[f"graph_ratio{sfx}"] = None if row["bf16_graph_us"] is None or row[f"{tag}_graph_us"] is None else row[f"{tag}_graph_us"] / row["bf16_graph_us"]
     return row
 
-# %% ../nbs/15_bench.ipynb #93b8c1f3
+# %% ../nbs/15_bench.ipynb #2b38dcf5
 def write_summary(rows: list) -> dict:
     "Medians and extremes of the fp8/bf16 ratios (eager, CUDA graphs, calibrated scales) and the 16,384-token bandwidth fractions."
     ok = [r for r in rows if "error" not in r]
@@ -416,7 +417,7 @@ def write_sweep(device, copy_tbps: float, *, deadline: float, t0: float, smoke: 
             del case
     return out
 
-# %% ../nbs/15_bench.ipynb #bea6ffea
+# %% ../nbs/15_bench.ipynb #b7b05717
 def write_suite(device, *, quick: bool = False, smoke: bool = False, sweep: bool = True, budget_s: float = 300.0, tokens=None) -> dict:
     "The write-path suite: floors, the cases (quick: without 16,384 tokens and the sweep), then the sweep until `budget_s` of suite time."
     from inkling_fp8kv import store
@@ -448,7 +449,7 @@ def write_suite(device, *, quick: bool = False, smoke: bool = False, sweep: bool
                 configs=store.CONFIGS["cuda" if on_gpu(device) else "interpreter"], small_token_threshold=store.SMALL_TOKEN_THRESHOLD,
                 rounds=rounds, rounds_fused=rounds_fused, cases=rows, summary=write_summary(rows), sweep=sw)
 
-# %% ../nbs/15_bench.ipynb #03e7d260
+# %% ../nbs/15_bench.ipynb #05984ab8
 class _ProgramsOf:
     "Stands in for the tiled prep kernel: `[grid](...)` launches only its K/V programs ('kv': n_rel = 0) or only its q + logit programs ('rel')."
     def __init__(self, kernel, part: str): self.kernel, self.part = kernel, part
@@ -475,7 +476,7 @@ def write_part_bytes(geom, T: int, kv_dtype) -> tuple:
     return (T * geom.num_kv_heads * (2 * 128 * 2 + 256 * 2 + 2 * 128 * esz),
             T * geom.num_heads * ((128 + geom.d_rel) * 2 + 128 * 2 + geom.rel_extent * 2))
 
-# %% ../nbs/15_bench.ipynb #f8a2ec54
+# %% ../nbs/15_bench.ipynb #892c7911
 def write_parts_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
     "The tiled write path whole, K/V programs only, q + logit programs only: CUDA-graph medians and fractions of copy bandwidth."
     from inkling_fp8kv.store import write_path_bytes
@@ -498,7 +499,7 @@ def write_parts_suite(device, *, quick: bool = False, smoke: bool = False) -> di
             del case
     return dict(copy_tbs=bw, fill_tbs=floors["fill_tbps"], floors=floors, tokens=T, rows=rows, timing=TIMINGS[timing_for(device, "cudagraph")])
 
-# %% ../nbs/15_bench.ipynb #cf471c02
+# %% ../nbs/15_bench.ipynb #29680d33
 LAYER_TARGETS = dict(decode_fp8_over_bf16=0.70, overhead=0.05)
 
 def layer_geometries(smoke: bool = False) -> dict:
@@ -514,7 +515,7 @@ def layer_cases(quick: bool = False, smoke: bool = False) -> dict:
     if quick: return {"decode B=4, KV 4K": ([1] * 4, [4095] * 4), "prefill 512 onto 512": ([512], [512])}
     return {"decode B=32, KV 64K": ([1] * 32, [65535] * 32), "prefill 8K onto 56K (KV 64K)": ([8192], [65536 - 8192])}
 
-# %% ../nbs/15_bench.ipynb #a048b760
+# %% ../nbs/15_bench.ipynb #b3293d94
 def layer_build(cfg, idx: int, tp: int, dtype: str, q_lens: list, ctx: list, *, device, seed: int = 0) -> tuple:
     "(layer with random prep weights and scales, bound caches of random values, the batch's metadata, qkvr) for one case."
     from inkling_fp8kv.layer import InklingAttention
@@ -555,7 +556,7 @@ def layer_build(cfg, idx: int, tp: int, dtype: str, q_lens: list, ctx: list, *, 
                      conv_block_table=cbt, conv_slot_mapping=cbt[req, pos // N].long() * N + pos % N)
     return m, meta, torch.randn(T, g.qkvr_width, device=device, generator=gen).to(torch.bfloat16)
 
-# %% ../nbs/15_bench.ipynb #00b7b888
+# %% ../nbs/15_bench.ipynb #0fec885e
 def layer_parts(m, meta, x) -> tuple:
     "The layer's three steps as separate closures on the same inputs (the calls its forward makes), and their (q_in, rel, out) buffers."
     from inkling_fp8kv import store, attention
@@ -611,7 +612,7 @@ def layer_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
     return dict(copy_bytes_per_s=floors["copy_tbps"] * 1e12, floors=floors, rows=rows,
                 timing=f"layer: {TIMINGS['eager' if on_gpu(device) else 'wall']} of the LayerGraph call and of its bare replay; parts: {TIMINGS[timing_for(device, 'replay')]}")
 
-# %% ../nbs/15_bench.ipynb #3e556898
+# %% ../nbs/15_bench.ipynb #911ea1bf
 PEER_HEADS = dict(Hq=16, Hkv=2, E=1024)
 PEER_CASES = {"decode B=32, KV 64K": (32, 1, 65536), "decode B=1, KV 64K": (1, 1, 65536), "prefill 8K, KV 64K": (1, 8192, 65536)}
 PEER_CASES_QUICK = {"decode B=32, KV 8K": (32, 1, 8192), "decode B=1, KV 8K": (1, 1, 8192), "prefill 2K, KV 8K": (1, 2048, 8192)}
@@ -645,7 +646,7 @@ def _check_peers(device, heads: dict, shapes, fa4) -> list:
             out.append(dict(peer=name, B=B, Sq=Sq, kv=kv, max_abs=err, ok=err <= PEER_TOL))
     return out
 
-# %% ../nbs/15_bench.ipynb #e122fcc1
+# %% ../nbs/15_bench.ipynb #05741431
 def peers_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
     "Ours (fp8, bf16), SDPA without bias, Flex and FA4 (with and without the score-mod) at the serving shapes, with the floors."
     t0, floors = time.time(), measure_floors(device, smoke=smoke)
@@ -681,7 +682,84 @@ def peers_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
     return dict(**heads, floors=floors, flash_attn_4=fa4, cutlass_dsl=_dist_version("nvidia-cutlass-dsl") if fa4 else None,
                 timing={m: TIMINGS[timing_for(device, m)] for m in ("replay", "eager")}, checks=checks, check_tolerance=PEER_TOL, rows=rows, peers=PEERS)
 
-# %% ../nbs/15_bench.ipynb #acea82c5
+# %% ../nbs/15_bench.ipynb #c1a54855
+SM90_TARGETS = dict(prefill_8k64k_ms=5.2, prefill_8k64k_vs_sdpa=1.3, prefill_2k8k_vs_sdpa=1.0, decode32_copy_frac=0.90,
+                    decode8_copy_frac=0.85, decode1_graph_us=33.0)
+SM90_PREFILL = {"global 8K x 64K": (8192, 65536, None), "global 2K x 8K": (2048, 8192, None), "local 8K x 64K": (8192, 65536, 512)}
+SM90_GRID_PREFILL = ((2048, 8192), (2048, 65536), (8192, 8192), (8192, 65536))
+SM90_GRID_DECODE = tuple((B, kv) for B in (1, 8, 32) for kv in (8192, 32768, 65536, 131072))
+SM90_SMOKE = dict(prefill={"global 48 x 160": (48, 160, None), "local 48 x 160": (48, 160, 64)}, grid_prefill=((48, 160),),
+                  grid_decode=((2, 160),), heads=dict(Hkv=2, E=32), Hq=(4,))
+
+def _sm90_time(fn, device, modes) -> dict:
+    return {m: time_us(fn, timing_for(device, m)) for m in modes}
+
+def sm90_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
+    "The fp8 prefill fast path against the portable kernel, bf16 and the peers, and the attention grid with the committed configs."
+    from inkling_fp8kv.attention_sm90 import sm90_eligible
+    t0, floors = time.time(), measure_floors(device, smoke=smoke)
+    fa4 = None if smoke else fa4_version()
+    sm = SM90_SMOKE if smoke else None
+    heads = sm["heads"] if smoke else dict(Hkv=PEER_HEADS["Hkv"], E=PEER_HEADS["E"])
+    prefill = sm["prefill"] if smoke else ({k: v for k, v in SM90_PREFILL.items() if k != "local 8K x 64K"} if quick else SM90_PREFILL)
+    F8, BF = E4M3_DTYPE, torch.bfloat16
+    rows, checks = [], []
+    # the fast path against the portable kernel on one input, before any timing
+    Sq, kv, w = next(iter(prefill.values()))
+    inp = paged_attention_inputs(1, kv, 16 if not smoke else 4, Sq, F8, E=w or heads["E"], Hkv=heads["Hkv"], device=device, seed=1)
+    a, b = ours(inp, window=w)(), ours(inp, window=w, fast_path=False)()
+    checks.append(dict(case=f"{Sq} x {kv}", rel_fro=((a.float() - b.float()).norm() / b.float().norm()).item(),
+                       fast_path=sm90_eligible(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], max_seqlen_q=Sq) is None))
+    del inp, a, b
+    def prefill_row(case, Sq, kv, window, Hq, impl, dtype, fast_path=None):
+        E = window or heads["E"]
+        try:
+            inp = paged_attention_inputs(1, kv, Hq, Sq, dtype, E=E, Hkv=heads["Hkv"], device=device, seed=kv + Sq)
+            why = sm90_eligible(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], max_seqlen_q=Sq) if dtype == F8 else "bf16"
+            us = _sm90_time(ours(inp, window=window, fast_path=fast_path), device, ("eager",))["eager"]
+            row = dict(kind="prefill", case=case, Sq=Sq, kv=kv, window=window, Hq=Hq, E=E, impl=impl, us=us,
+                       tflops=causal_flops(Sq, kv, Hq, window) / (us * 1e-6) / 1e12, fast_path=fast_path is not False and why is None)
+            if why is not None and dtype == F8 and fast_path is None: row["fast_path_reason"] = why
+        except Exception as e: row = dict(kind="prefill", case=case, Sq=Sq, kv=kv, window=window, Hq=Hq, impl=impl, error=_err(e))
+        rows.append(row)
+        if on_gpu(device): torch.cuda.empty_cache()
+        return row
+    for case, (Sq, kv, window) in prefill.items():
+        for impl, dt, fp in (("fp8 fast path", F8, None), ("fp8 portable", F8, False), ("bf16", BF, None)):
+            prefill_row(case, Sq, kv, window, 4 if smoke else 16, impl, dt, fp)
+        if window is None:
+            dense = dense_inputs(1, Sq, kv, 4 if smoke else 16, heads["Hkv"], heads["E"], device=device, seed=kv + Sq)
+            peers = dict(sdpa_nobias=lambda: sdpa_nobias(dense), flex_scoremod=lambda: flex_scoremod(dense, compile=on_gpu(device)))
+            if fa4: peers.update(fa4_scoremod=lambda: fa4_call(dense, bias=True), fa4_nobias=lambda: fa4_call(dense, bias=False))
+            for name, mk in peers.items():
+                try:
+                    us = _sm90_time(mk(), device, ("eager",))["eager"]
+                    rows.append(dict(kind="prefill", case=case, Sq=Sq, kv=kv, window=None, Hq=4 if smoke else 16, impl=name, us=us,
+                                     tflops=causal_flops(Sq, kv, 4 if smoke else 16) / (us * 1e-6) / 1e12))
+                except Exception as e: rows.append(dict(kind="prefill", case=case, Sq=Sq, kv=kv, Hq=16, impl=name, error=_err(e)))
+                if on_gpu(device): torch.cuda.empty_cache()
+            del dense
+        _log(t0, f"{case}: " + ", ".join(f"{r['impl']} {r['us']:.0f} us" for r in rows if r.get("case") == case and "us" in r))
+    # the grid, our kernels only
+    for Hq in (sm["Hq"] if smoke else (16, 8)):
+        for Sq, kv in (sm["grid_prefill"] if smoke else SM90_GRID_PREFILL[:2] if quick else SM90_GRID_PREFILL):
+            for impl, dt in (("fp8 fast path", F8), ("bf16", BF)):
+                prefill_row(f"grid {Sq} x {kv}", Sq, kv, None, Hq, impl, dt)
+        for B, kv in (sm["grid_decode"] if smoke else SM90_GRID_DECODE[::3] if quick else SM90_GRID_DECODE):
+            for impl, dt in (("fp8", F8), ("bf16", BF)):
+                try:
+                    inp = paged_attention_inputs(B, kv, Hq, 1, dt, E=heads["E"], Hkv=heads["Hkv"], device=device, seed=kv + B)
+                    t = _sm90_time(ours(inp), device, ("replay", "eager"))
+                    us = min(t.values())
+                    rows.append(dict(kind="decode", B=B, kv=kv, Hq=Hq, impl=impl, us_graph=t["replay"], us_eager=t["eager"], us=us,
+                                     tbps=kv_bytes(B, kv, dt, Hkv=heads["Hkv"]) / (us * 1e-6) / 1e12))
+                except Exception as e: rows.append(dict(kind="decode", B=B, kv=kv, Hq=Hq, impl=impl, error=_err(e)))
+                if on_gpu(device): torch.cuda.empty_cache()
+        _log(t0, f"grid Hq={Hq} done")
+    return dict(**heads, floors=floors, flash_attn_4=fa4, checks=checks, targets=SM90_TARGETS,
+                timing={m: TIMINGS[timing_for(device, m)] for m in ("replay", "eager")}, rows=rows, peers=PEERS)
+
+# %% ../nbs/15_bench.ipynb #45a62b04
 def run_script(suite, out, *, quick: bool = False) -> dict:
     "Run `bench/<suite.script>` in a child Python writing into `out`; returns its results file, with missing header keys added."
     root = checkout_root()
@@ -697,7 +775,7 @@ def run_script(suite, out, *, quick: bool = False) -> dict:
     if missing: write_json_atomic(path, res := {**missing, **res})
     return res
 
-# %% ../nbs/15_bench.ipynb #008c599a
+# %% ../nbs/15_bench.ipynb #2214e4cc
 @dataclass
 class Suite:
     "One benchmark: its name, results file, thin script, what it measures, minutes on one H200, and the function that runs it."
@@ -728,9 +806,11 @@ register_suite(Suite("peers", "fa4_peer.json", "fa4_peer.py", "attention at the 
 register_suite(Suite("attention", "attention.json", "attention.py", "the attention grid and its launch sweep", None,
                      script_args=lambda quick: ["--fa4"] if fa4_version() else []))
 register_suite(Suite("decode_splits", "decode_splits.json", "decode_splits.py", "decode split counts between the grid's batch sizes", None))
+register_suite(Suite("sm90", "attention_sm90.json", "attention_sm90.py", "the SM90 fp8 prefill fast path against the portable kernel, "
+                     "bf16 and the peers, and the attention grid", 6, sm90_suite))
 register_suite(Suite("engine", "engine.json", "engine.py", "the tiny Inkling served by model.Engine: throughput fp8 vs bf16 and admission vs plan_pool", 3))
 
-# %% ../nbs/15_bench.ipynb #650123a2
+# %% ../nbs/15_bench.ipynb #9bb0dc42
 def check_device(device) -> None:
     "Refuse a run that would measure the wrong thing: a GPU run needs CUDA and no TRITON_INTERPRET; a CPU smoke run needs TRITON_INTERPRET=1."
     interp = os.environ.get("TRITON_INTERPRET") == "1"
@@ -755,7 +835,7 @@ def run_suite(name: str, *, out=None, device="cuda", quick: bool = False, smoke:
     write_json_atomic(out / s.results, res)
     return res
 
-# %% ../nbs/15_bench.ipynb #304d47fc
+# %% ../nbs/15_bench.ipynb #7bd9aaaf
 def script_main(name: str, argv=None) -> int:
     "The body of `bench/<script>.py` for suite `name`: parse the flags, check the device, run, write, print the summary."
     s = SUITES[name]
@@ -780,7 +860,7 @@ def script_main(name: str, argv=None) -> int:
     print(f"\nwrote {Path(a.out) / s.results} in {res.get('wall_s') or 0:.0f} s")
     return 0
 
-# %% ../nbs/15_bench.ipynb #4e04d0d2
+# %% ../nbs/15_bench.ipynb #301b5f64
 def _table(head: list, rows: list) -> str:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
@@ -795,7 +875,7 @@ def provenance(res: dict) -> str:
     smoke = " **Smoke run: the times mean nothing.**" if res.get("smoke") else ""
     return f"{res.get('gpu', '?')}, torch {res.get('torch', '?')}, Triton {res.get('triton', '?')}, {res.get('date', '?')}; {cmd}.{smoke}"
 
-# %% ../nbs/15_bench.ipynb #387fde6d
+# %% ../nbs/15_bench.ipynb #00f68319
 def write_path_table(res: dict) -> str:
     "The write-path cases: CUDA-graph medians (the measure), fractions of the copy bandwidth, the eager ratio, the checks."
     c = "fp8c" in res.get("scales", {})
@@ -815,7 +895,7 @@ def _spread(rows: list, tags=("bf16", "fp8", "fp8c")):
     sp = [(max(v) / min(v) - 1, f"{r['case']} at {r['tokens']:,} tokens, {t}") for r in rows for t in tags if len(v := r.get(f"{t}_graph_us_rounds") or []) > 1]
     return max(sp) if sp else None
 
-# %% ../nbs/15_bench.ipynb #0fd56d52
+# %% ../nbs/15_bench.ipynb #83849d7b
 def write_path_reading(res: dict) -> str:
     "The write path read against its targets, from the file: correctness, median, worst case, bandwidth, scales, noise, sweep."
     s, t, ok = res["summary"], WRITE_TARGETS, [r for r in res["cases"] if "error" not in r]
@@ -866,7 +946,7 @@ def write_sweep_reading(sweep: list) -> str:
     items = [f"{c} {dt}: {json.dumps(o['tiled'])} {us:.1f} µs against {base[(c, dt)]:.1f} ({us / base[(c, dt)] - 1:+.1%})" for (c, dt), (o, us) in best.items()]
     return f"- **Launch sweep** ({len(sweep)} runs, CUDA-graph medians; the best override per case against the defaults): " + "; ".join(items) + "."
 
-# %% ../nbs/15_bench.ipynb #6321ea7b
+# %% ../nbs/15_bench.ipynb #81678514
 def plot_write_path(res: dict):
     "fp8/bf16 per case and size against the targets, and the largest cases' fraction of the copy bandwidth per dtype."
     import matplotlib.pyplot as plt, pandas as pd, seaborn as sns
@@ -894,7 +974,7 @@ def render_write_path(res: dict) -> str:
     "provenance, table, reading."
     return "\n\n".join([provenance(res) + f" Copy bandwidth {res['copy_tbs']:.2f} TB/s, fill {res['fill_tbs']:.2f} TB/s.", write_path_table(res), write_path_reading(res)])
 
-# %% ../nbs/15_bench.ipynb #e52bc5a0
+# %% ../nbs/15_bench.ipynb #35fdf1c9
 def render_write_path_parts(res: dict, write: dict | None = None) -> str:
     "The tiled launch whole and restricted to each kind of program, with the reading; `write`: the write-path file, to date the kernels."
     rows = [[r["case"], r["dtype"], f"{r['full_us']:.1f}", _pct(r["full_frac"]), f"{r['kv_us']:.1f}", _pct(r["kv_frac"]), f"{r['rel_us']:.1f}",
@@ -916,7 +996,7 @@ def render_write_path_parts(res: dict, write: dict | None = None) -> str:
                  f"then; `python bench/write_path_parts.py` re-measures it.")
     return "\n\n".join([provenance(res) + f" {res['tokens']:,} tokens; copy {res['copy_tbs']:.2f} TB/s.", t, "\n".join(L)])
 
-# %% ../nbs/15_bench.ipynb #771b65cb
+# %% ../nbs/15_bench.ipynb #2667c386
 def render_layer(res: dict) -> str:
     "The layer against its parts, fp8 against bf16, and the reading against the layer targets."
     by = {(r["geometry"], r["case"], r["dtype"]): r for r in res["rows"]}
@@ -959,7 +1039,7 @@ def plot_layer(res: dict):
     fig.tight_layout()
     return fig
 
-# %% ../nbs/15_bench.ipynb #61e50726
+# %% ../nbs/15_bench.ipynb #effb175c
 def _legacy_peers(res: dict) -> str:
     "A peers file from before this suite (FA4 alone, its own device call): its checks and times."
     checks = [r for r in res["rows"] if r["kind"] == "fa4_check"]
@@ -1011,7 +1091,7 @@ def plot_peers(res: dict):
     fig.tight_layout()
     return fig
 
-# %% ../nbs/15_bench.ipynb #c7c1fe48
+# %% ../nbs/15_bench.ipynb #675f18c1
 ATTENTION_TARGETS = dict(decode_copy_frac=0.80, decode_over_bf16=0.55, decode_vs_fa4=7.0, prefill_vs_fa4=2.0, prefill_vs_bf16=1.2)
 
 def _attn(res: dict):
@@ -1043,7 +1123,7 @@ def attention_tables(res: dict) -> str:
                         "SDPA's prefill row is left out: with `is_causal=True` and fewer queries than keys it aligns the mask to the top left, "
                         "so that call does not compute the chunked-prefill case (the peers suite above times it with a lower-right mask)."])
 
-# %% ../nbs/15_bench.ipynb #e4ae5527
+# %% ../nbs/15_bench.ipynb #646ee4c2
 def attention_reading(res: dict) -> str:
     "The attention targets met or missed, and the cases where fp8 gains least over bf16, from the grid's file."
     rows, get, best, bw = _attn(res)
@@ -1090,7 +1170,7 @@ def plot_attention(res: dict):
 
 def render_attention(res: dict) -> str: return attention_tables(res) + "\n\n" + attention_reading(res)
 
-# %% ../nbs/15_bench.ipynb #c7d2e8a1
+# %% ../nbs/15_bench.ipynb #a71b6b1f
 def render_decode_splits(ds: dict) -> str:
     "Decode with the split count `decode_num_splits` picks (rounded down) against the count rounded up, with the reading."
     rows = [[r["dtype"], r["B"], f"{r['splits_new']} / {r['splits_old']}", f"{r['us_new']:.1f}", f"{r['us_old']:.1f}", f"{r['us_new'] / r['us_old']:.3f}",
@@ -1109,7 +1189,7 @@ def render_decode_splits(ds: dict) -> str:
     return "\n\n".join([provenance(ds) + f" {ds['num_sms']} SMs, copy {ds['copy_tbps']:.2f} TB/s; Hq {ds['Hq']}, Hkv {ds['Hkv']}, KV {ds['kv']:,}.",
                         _table(["dtype", "B", "splits (down / up)", "µs, down", "µs, up", "down / up", "% copy (down)"], rows), "\n".join(l for l in L if l)])
 
-# %% ../nbs/15_bench.ipynb #0caa7ed1
+# %% ../nbs/15_bench.ipynb #fd6dd82f
 def render_notes(notes: dict) -> str:
     "What each lab-notes record says about itself: its date and its note, purpose, variant, outcome or description."
     out = []
@@ -1142,9 +1222,57 @@ def render_evaluate(r: dict) -> str:
     return "\n\n".join([f"{e['gpu']}, torch {e['torch']}, {e['date']}; command `{e['command']}` (see [evaluate](13_evaluate.html)).",
                          _table(["model", "arm", "accuracy @ " + " / ".join(map(str, d)), "inside the control band"], rows)])
 
+def render_sm90(res: dict) -> str:
+    "The fast path's targets met or missed, its prefill table against every peer, and the grid's fp8-over-bf16 extremes."
+    rows, T = res["rows"], res.get("targets", SM90_TARGETS)
+    bw = res["floors"]["copy_tbps"]
+    def one(**kw):
+        got = [r for r in rows if all(r.get(k) == v for k, v in kw.items()) and "us" in r]
+        return got[0] if got else None
+    head = [provenance(res)]
+    if res.get("smoke") or not res.get("capability"): head.append("Smoke run on a CPU: the times mean nothing.")
+    cases = list(dict.fromkeys(r["case"] for r in rows if r["kind"] == "prefill" and not r["case"].startswith("grid")))
+    tab = []
+    for c in cases:
+        fast, port, sd = one(case=c, impl="fp8 fast path"), one(case=c, impl="fp8 portable"), one(case=c, impl="sdpa_nobias")
+        for r in [r for r in rows if r["kind"] == "prefill" and r["case"] == c]:
+            if "us" not in r: tab.append([c, r["impl"], "error", "", "", ""]); continue
+            tab.append([c, r["impl"] + ("" if r["impl"] != "fp8 fast path" or r.get("fast_path") else " (not taken: " + str(r.get("fast_path_reason")) + ")"),
+                        f"{r['us'] / 1e3:.2f}", f"{r['tflops']:.0f}", _num(port and port["us"] / r["us"], ".2f"), _num(sd and sd["us"] / r["us"], ".2f")])
+    parts = head + [_table(["case (Hq 16, Hkv 2)", "implementation", "ms", "TFLOP/s", "portable fp8 / this", "SDPA no bias / this"], tab)]
+    g, g2, loc = one(case="global 8K x 64K", impl="fp8 fast path"), one(case="global 2K x 8K", impl="fp8 fast path"), one(case="local 8K x 64K", impl="fp8 fast path")
+    sg, sg2 = one(case="global 8K x 64K", impl="sdpa_nobias"), one(case="global 2K x 8K", impl="sdpa_nobias")
+    d = lambda B, kv: one(kind="decode", B=B, kv=kv, Hq=16, impl="fp8")
+    read = []
+    if g:
+        read.append([f"prefill 8K × 64K ≤ {T['prefill_8k64k_ms']} ms (≥ 800 TFLOP/s)", f"{g['us'] / 1e3:.2f} ms, {g['tflops']:.0f} TFLOP/s", _verdict(g["us"] <= T["prefill_8k64k_ms"] * 1e3)])
+        if sg: read.append([f"prefill 8K × 64K ≥ {T['prefill_8k64k_vs_sdpa']} × SDPA bf16 without bias", f"{sg['us'] / g['us']:.2f} × (SDPA {sg['us'] / 1e3:.2f} ms)", _verdict(sg["us"] / g["us"] >= T["prefill_8k64k_vs_sdpa"])])
+    if g2 and sg2: read.append(["prefill 2K × 8K faster than SDPA bf16 without bias", f"{g2['us']:.0f} vs {sg2['us']:.0f} µs", _verdict(g2["us"] <= sg2["us"])])
+    if loc and g: read.append(["local layer (window 512) 8K × 64K: report", f"{loc['us']:.0f} µs, {loc['tflops']:.0f} TFLOP/s over visible pairs; {100 * loc['us'] / g['us']:.1f} % of the global case", "—"])
+    for (B, kv), key in (((32, 65536), "decode32_copy_frac"), ((8, 131072), "decode8_copy_frac")):
+        r = d(B, kv)
+        if r: read.append([f"decode B={B}, {kv // 1024}K ≥ {100 * T[key]:.0f} % of copy", f"{r['us']:.0f} µs = {100 * r['tbps'] / bw:.0f} % of {bw:.2f} TB/s", _verdict(r["tbps"] >= T[key] * bw)])
+    r = d(1, 65536)
+    if r: read.append([f"decode B=1, 64K ≤ {T['decode1_graph_us']:g} µs (graph)", f"{r['us_graph']:.1f} µs", _verdict(r["us_graph"] <= T["decode1_graph_us"])])
+    parts.append(_table(["target (H200)", "measured", "verdict"], read))
+    pairs = []
+    for f in rows:
+        if "us" not in f or not (f["kind"] == "decode" and f["impl"] == "fp8" or f["kind"] == "prefill" and f["case"].startswith("grid") and f["impl"] == "fp8 fast path"): continue
+        b = one(kind=f["kind"], case=f.get("case"), B=f.get("B"), kv=f["kv"], Hq=f["Hq"], impl="bf16")
+        if b: pairs.append((f["us"] / b["us"], f))
+    pairs.sort(key=lambda x: -x[0])
+    if pairs:
+        worst = "; ".join(f"{f['kind']} Hq {f['Hq']} " + (f"B={f['B']} KV {f['kv'] // 1024}K" if f["kind"] == "decode" else f"{f['Sq']:,} × {f['kv'] // 1024}K")
+                          + f": {r:.2f}" for r, f in pairs[:2])
+        parts.append(f"Across the grid ({len(pairs)} shapes) fp8 is at least as fast as bf16 in {sum(r <= 1 for r, _ in pairs)}; "
+                     f"the two where it is slowest against bf16 (fp8 time / bf16 time): {worst}.")
+    for c in res.get("checks", []):
+        parts.append(f"Before timing, {c['case']}: fast path {'taken' if c['fast_path'] else 'not taken'}, relative Frobenius distance to the portable kernel {c['rel_fro']:.2e}.")
+    return "\n\n".join(parts)
+
 RENDER = dict(write_path=render_write_path, write_path_parts=render_write_path_parts, layer=render_layer, fa4_peer=render_peers,
               attention=render_attention, decode_splits=render_decode_splits,
-              engine=render_engine, evaluate=render_evaluate)
+              engine=render_engine, evaluate=render_evaluate, attention_sm90=render_sm90)
 
 def summary_markdown(name: str, res: dict) -> str:
     "The rendering of suite `name`'s results (what the scripts and the `bench` command print after a run)."

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['sm90_eligible', 'prefill_sm90']
 
-# %% ../nbs/07c_attention_sm90.ipynb #4b7a2b40
+# %% ../nbs/07c_attention_sm90.ipynb #63f1dcc1
 import math
 from types import SimpleNamespace
 import torch
@@ -34,7 +34,7 @@ except (ImportError, AttributeError) as e:
 _BLOCK_M, _BLOCK_N, _STAGES, _NUM_WARPS, _CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 232, 168
 _LOG2E = gl.constexpr(LOG2E)
 
-# %% ../nbs/07c_attention_sm90.ipynb #638b0542
+# %% ../nbs/07c_attention_sm90.ipynb #60818b32
 @gluon.jit
 def _issue(k_desc, v_desc, k_smem, v_smem, kv_ready, k_free, BT, bt_off, idx, n_tiles, lo, kv_len, oob_row, row_blk, row_head, col_head,
            STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BOX: gl.constexpr, PAGE: gl.constexpr):
@@ -53,7 +53,7 @@ def _issue(k_desc, v_desc, k_smem, v_smem, kv_ready, k_free, BT, bt_off, idx, n_
             tma.async_copy_global_to_shared(k_desc, [row, col_head], bar, k_smem.index(s).slice(sub * BOX, BOX))
             tma.async_copy_global_to_shared(v_desc, [row, col_head], bar, v_smem.index(s).slice(sub * BOX, BOX))
 
-# %% ../nbs/07c_attention_sm90.ipynb #4a4b4171
+# %% ../nbs/07c_attention_sm90.ipynb #cb971b03
 @gluon.jit
 def _prmt(a, b, asm: gl.constexpr):
     return gl.inline_asm_elementwise(asm, "=r,r,r", [a, b], dtype=gl.int32, is_pure=True, pack=1)
@@ -85,7 +85,7 @@ def _transpose_v(v_tile, vt_tile, j0, kv_len, BLOCK_N: gl.constexpr):
     # o[k, w, c, a] is byte d = 4w + 2c + a of keys 4k .. 4k + 3, i.e. word k of V^T's row d
     vt_tile._reinterpret(gl.int32, [4 * W, BLOCK_N // 4], lay32).store(gl.reshape(gl.permute(o, (1, 2, 3, 0)), [4 * W, BLOCK_N // 4]))
 
-# %% ../nbs/07c_attention_sm90.ipynb #aaa80f27
+# %% ../nbs/07c_attention_sm90.ipynb #104782e1
 @gluon.jit
 def _producer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
               HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr, WG: gl.constexpr):
@@ -109,7 +109,7 @@ def _producer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BO
         _cta_barrier()            # (the producer's four warps)
         mbarrier.arrive(vt_ready.index(b), count=1)
 
-# %% ../nbs/07c_attention_sm90.ipynb #bb630fa2
+# %% ../nbs/07c_attention_sm90.ipynb #984d795d
 @gluon.jit
 def _tile(acc0, acc1, l8, m_i, q_wg, k_smem, vt_smem, ones_smem, bars, j, lo, kv_len, pos, rel_off, REL, row_valid,
           sm_scale_log2, threshold, E, W, s_layout: gl.constexpr, o_layout: gl.constexpr, l_layout: gl.constexpr,
@@ -155,15 +155,14 @@ def _tile(acc0, acc1, l8, m_i, q_wg, k_smem, vt_smem, ones_smem, bars, j, lo, kv
     pv0 = warpgroup_mma(p8, vt.slice(0, HALF, dim=0).permute((1, 0)), gl.zeros([M, HALF], gl.float32, o_layout), use_acc=False, is_async=True)
     pv1 = warpgroup_mma(p8, vt.slice(HALF, HALF, dim=0).permute((1, 0)), gl.zeros([M, HALF], gl.float32, o_layout), use_acc=False, is_async=True)
     ls = warpgroup_mma(p8, ones_smem.permute((1, 0)), gl.zeros([M, 8], gl.float32, l_layout), use_acc=False, is_async=True)
-    pv0 = warpgroup_mma_wait(2, deps=(pv0,))
-    acc0 = acc0 * a_o + pv0
-    pv1, ls = warpgroup_mma_wait(0, deps=(pv1, ls))
+    pv0, pv1, ls = warpgroup_mma_wait(0, deps=(pv0, pv1, ls))      # at once: P's registers are an operand until all three finish
     mbarrier.arrive(vt_free.index(b), count=1)
+    acc0 = acc0 * a_o + pv0
     acc1 = acc1 * a_o + pv1
     l8 = l8 * a_l + ls
     return acc0, acc1, l8, m_new
 
-# %% ../nbs/07c_attention_sm90.ipynb #b6ef9264
+# %% ../nbs/07c_attention_sm90.ipynb #eb075c37
 @gluon.jit
 def _consumer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
               HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr, WG: gl.constexpr):
@@ -206,7 +205,7 @@ def _consumer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BO
     gl.store(optr, (acc0 / l_safe[:, None] * out_scale).to(gl.bfloat16), mask=(to < q_len)[:, None])
     gl.store(optr + HALF, (acc1 / l_safe[:, None] * out_scale).to(gl.bfloat16), mask=(to < q_len)[:, None])
 
-# %% ../nbs/07c_attention_sm90.ipynb #b641caa4
+# %% ../nbs/07c_attention_sm90.ipynb #fd20cd2f
 @gluon.jit(do_not_specialize=["oob_row"])
 def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
                          sm_scale_log2, threshold, out_scale, E, W, oob_row, row_blk, row_head, col_head,
@@ -277,7 +276,7 @@ def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
                         (_consumer, (rt, G, BLOCK_N, PAGE, BOX, STAGES, HAS_WINDOW, P_OFFSET, 1))],
                        [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
-# %% ../nbs/07c_attention_sm90.ipynb #c2e5db4f
+# %% ../nbs/07c_attention_sm90.ipynb #fbf2a9bc
 def _rows_2d(cache: torch.Tensor):
     """`(view, rows per block, rows per head, columns per head)` of a cache whose pages are token rows, or None: the 2-D
     tensor TMA reads, row `block * rows_per_block + head * rows_per_head + offset`, column `head * cols_per_head + d`."""
@@ -339,7 +338,7 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
         if t is not None and t.device != q.device: return f"{name} is on {t.device}, q on {q.device}"
     return None
 
-# %% ../nbs/07c_attention_sm90.ipynb #13bf9e3d
+# %% ../nbs/07c_attention_sm90.ipynb #57c3da15
 def _launch_args(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale, window,
                  v_scale, threshold, out) -> tuple:
     "`(grid, args, constexprs)` of one `_prefill_sm90_kernel` launch: host work only (views and descriptors, no device read or allocation)."

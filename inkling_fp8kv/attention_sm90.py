@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['sm90_eligible', 'prefill_sm90']
 
-# %% ../nbs/07c_attention_sm90.ipynb #63f1dcc1
+# %% ../nbs/07c_attention_sm90.ipynb #cec9d973
 import math
 from types import SimpleNamespace
 import torch
@@ -34,7 +34,7 @@ except (ImportError, AttributeError) as e:
 _BLOCK_M, _BLOCK_N, _STAGES, _NUM_WARPS, _CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 232, 168
 _LOG2E = gl.constexpr(LOG2E)
 
-# %% ../nbs/07c_attention_sm90.ipynb #60818b32
+# %% ../nbs/07c_attention_sm90.ipynb #de00dce7
 @gluon.jit
 def _issue(k_desc, v_desc, k_smem, v_smem, kv_ready, k_free, BT, bt_off, idx, n_tiles, lo, kv_len, oob_row, row_blk, row_head, col_head,
            STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BOX: gl.constexpr, PAGE: gl.constexpr):
@@ -53,7 +53,7 @@ def _issue(k_desc, v_desc, k_smem, v_smem, kv_ready, k_free, BT, bt_off, idx, n_
             tma.async_copy_global_to_shared(k_desc, [row, col_head], bar, k_smem.index(s).slice(sub * BOX, BOX))
             tma.async_copy_global_to_shared(v_desc, [row, col_head], bar, v_smem.index(s).slice(sub * BOX, BOX))
 
-# %% ../nbs/07c_attention_sm90.ipynb #cb971b03
+# %% ../nbs/07c_attention_sm90.ipynb #f82babdc
 @gluon.jit
 def _prmt(a, b, asm: gl.constexpr):
     return gl.inline_asm_elementwise(asm, "=r,r,r", [a, b], dtype=gl.int32, is_pure=True, pack=1)
@@ -85,11 +85,11 @@ def _transpose_v(v_tile, vt_tile, j0, kv_len, BLOCK_N: gl.constexpr):
     # o[k, w, c, a] is byte d = 4w + 2c + a of keys 4k .. 4k + 3, i.e. word k of V^T's row d
     vt_tile._reinterpret(gl.int32, [4 * W, BLOCK_N // 4], lay32).store(gl.reshape(gl.permute(o, (1, 2, 3, 0)), [4 * W, BLOCK_N // 4]))
 
-# %% ../nbs/07c_attention_sm90.ipynb #104782e1
+# %% ../nbs/07c_attention_sm90.ipynb #f1cac472
 @gluon.jit
 def _producer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
               HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr, WG: gl.constexpr):
-    (k_desc, v_desc, q_smem, k_smem, v_smem, vt_smem, ones_smem, bars, BT, bt_off, REL, OUT,
+    (k_desc, v_desc, q_smem, k_smem, v_smem, vt_smem, bars, BT, bt_off, REL, OUT,
      lo, n_far, n_tiles, kv_len, oob_row, row_blk, row_head, col_head, q_start, q_len, pos0, tok0, hkv,
      sm_scale_log2, threshold, out_scale, E, W, stride_rt, stride_rh, stride_ot, stride_oh) = rt
     kv_ready, k_free, vt_ready, vt_free = bars
@@ -109,11 +109,10 @@ def _producer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BO
         _cta_barrier()            # (the producer's four warps)
         mbarrier.arrive(vt_ready.index(b), count=1)
 
-# %% ../nbs/07c_attention_sm90.ipynb #984d795d
+# %% ../nbs/07c_attention_sm90.ipynb #360f22e0
 @gluon.jit
-def _tile(acc0, acc1, l8, m_i, q_wg, k_smem, vt_smem, ones_smem, bars, j, lo, kv_len, pos, rel_off, REL, row_valid,
-          sm_scale_log2, threshold, E, W, s_layout: gl.constexpr, o_layout: gl.constexpr, l_layout: gl.constexpr,
-          p_layout: gl.constexpr, STAGES: gl.constexpr, M: gl.constexpr, BLOCK_N: gl.constexpr, HALF: gl.constexpr,
+def _tile(acc0, acc1, l_i, m_i, q_wg, k_smem, vt_smem, bars, j, lo, kv_len, pos, rel_off, REL, row_valid,
+          sm_scale_log2, threshold, E, W, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr, STAGES: gl.constexpr, M: gl.constexpr, BLOCK_N: gl.constexpr, HALF: gl.constexpr,
           MASKED: gl.constexpr, HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr):
     kv_ready, k_free, vt_ready, vt_free = bars
     st = j % STAGES
@@ -144,36 +143,33 @@ def _tile(acc0, acc1, l8, m_i, q_wg, k_smem, vt_smem, ones_smem, bars, j, lo, kv
         p = gl.exp2(s - m_off[:, None])
     else:
         p = gl.exp2(qk * sm_scale_log2 - m_off[:, None])     # one FMA per score
-    p8 = gl.convert_layout(p.to(gl.float8e4nv), p_layout)     # the cast saturates at 448, like the portable kernel's clamp
+    p8 = p.to(gl.float8e4nv)                                  # the cast saturates at 448, like the portable kernel's clamp
+    l_i = l_i * alpha + gl.sum(p8.to(gl.float32), 1)          # the row sum of the values the MMA is fed
+    p8 = gl.convert_layout(p8, p_layout)
     a_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    a_l = gl.convert_layout(alpha, gl.SliceLayout(1, l_layout))[:, None]
     b = j % 2
     mbarrier.wait(vt_ready.index(b), (j // 2) & 1)
     vt = vt_smem.index(b)
-    # two-level accumulation: each tile's P.V (two halves of D) and its row sum (P times a column of ones: the values the
-    # MMA was fed) land in fresh accumulators, added to the fp32 running sums
+    # two-level accumulation: each tile's P.V (two halves of D) lands in fresh accumulators, added to the fp32 running sums
     pv0 = warpgroup_mma(p8, vt.slice(0, HALF, dim=0).permute((1, 0)), gl.zeros([M, HALF], gl.float32, o_layout), use_acc=False, is_async=True)
     pv1 = warpgroup_mma(p8, vt.slice(HALF, HALF, dim=0).permute((1, 0)), gl.zeros([M, HALF], gl.float32, o_layout), use_acc=False, is_async=True)
-    ls = warpgroup_mma(p8, ones_smem.permute((1, 0)), gl.zeros([M, 8], gl.float32, l_layout), use_acc=False, is_async=True)
-    pv0, pv1, ls = warpgroup_mma_wait(0, deps=(pv0, pv1, ls))      # at once: P's registers are an operand until all three finish
+    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))      # at once: P's registers are an operand until both finish
     mbarrier.arrive(vt_free.index(b), count=1)
     acc0 = acc0 * a_o + pv0
     acc1 = acc1 * a_o + pv1
-    l8 = l8 * a_l + ls
-    return acc0, acc1, l8, m_new
+    return acc0, acc1, l_i, m_new
 
-# %% ../nbs/07c_attention_sm90.ipynb #eb075c37
+# %% ../nbs/07c_attention_sm90.ipynb #0dd13ed3
 @gluon.jit
 def _consumer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
               HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr, WG: gl.constexpr):
-    (k_desc, v_desc, q_smem, k_smem, v_smem, vt_smem, ones_smem, bars, BT, bt_off, REL, OUT,
+    (k_desc, v_desc, q_smem, k_smem, v_smem, vt_smem, bars, BT, bt_off, REL, OUT,
      lo, n_far, n_tiles, kv_len, oob_row, row_blk, row_head, col_head, q_start, q_len, pos0, tok0, hkv,
      sm_scale_log2, threshold, out_scale, E, W, stride_rt, stride_rh, stride_ot, stride_oh) = rt
     M: gl.constexpr = 64                  # this warpgroup's rows: WG * 64 ... WG * 64 + 63 of the program's 128
     HALF: gl.constexpr = 64               # P.V in two halves of D
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 32])
-    l_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 8, 32])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
     rows_l: gl.constexpr = gl.SliceLayout(1, s_layout)
     rows = WG * M + gl.arange(0, M, layout=rows_l)
@@ -183,19 +179,19 @@ def _consumer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BO
     pos = pos0 + tok
     rel_off = (q_start + tok) * stride_rt + head * stride_rh   # int32: sm90_eligible keeps rel_logits' offsets below 2**31
     m_i = gl.full([M], float("-inf"), gl.float32, rows_l)
-    l8 = gl.zeros([M, 8], gl.float32, l_layout)               # the row sum, in each of 8 equal columns
+    l_i = gl.zeros([M], gl.float32, rows_l)
     acc0 = gl.zeros([M, HALF], gl.float32, o_layout)
     acc1 = gl.zeros([M, HALF], gl.float32, o_layout)
     q_wg = q_smem.index(WG)
     for j in range(0, n_far):
-        acc0, acc1, l8, m_i = _tile(acc0, acc1, l8, m_i, q_wg, k_smem, vt_smem, ones_smem, bars, j, lo, kv_len, pos, rel_off, REL,
-                                    row_valid, sm_scale_log2, threshold, E, W, s_layout, o_layout, l_layout, p_layout, STAGES, M,
+        acc0, acc1, l_i, m_i = _tile(acc0, acc1, l_i, m_i, q_wg, k_smem, vt_smem, bars, j, lo, kv_len, pos, rel_off, REL,
+                                     row_valid, sm_scale_log2, threshold, E, W, s_layout, o_layout, p_layout, STAGES, M,
                                     BLOCK_N, HALF, False, HAS_WINDOW, P_OFFSET)
     for j in range(n_far, n_tiles):
-        acc0, acc1, l8, m_i = _tile(acc0, acc1, l8, m_i, q_wg, k_smem, vt_smem, ones_smem, bars, j, lo, kv_len, pos, rel_off, REL,
-                                    row_valid, sm_scale_log2, threshold, E, W, s_layout, o_layout, l_layout, p_layout, STAGES, M,
+        acc0, acc1, l_i, m_i = _tile(acc0, acc1, l_i, m_i, q_wg, k_smem, vt_smem, bars, j, lo, kv_len, pos, rel_off, REL,
+                                     row_valid, sm_scale_log2, threshold, E, W, s_layout, o_layout, p_layout, STAGES, M,
                                     BLOCK_N, HALF, True, HAS_WINDOW, P_OFFSET)
-    l_i = gl.convert_layout(gl.max(l8, 1), gl.SliceLayout(1, o_layout))
+    l_i = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
     ro = WG * M + gl.arange(0, M, layout=gl.SliceLayout(1, o_layout))
     do = gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
@@ -205,7 +201,7 @@ def _consumer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BO
     gl.store(optr, (acc0 / l_safe[:, None] * out_scale).to(gl.bfloat16), mask=(to < q_len)[:, None])
     gl.store(optr + HALF, (acc1 / l_safe[:, None] * out_scale).to(gl.bfloat16), mask=(to < q_len)[:, None])
 
-# %% ../nbs/07c_attention_sm90.ipynb #fd20cd2f
+# %% ../nbs/07c_attention_sm90.ipynb #04808e20
 @gluon.jit(do_not_specialize=["oob_row"])
 def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
                          sm_scale_log2, threshold, out_scale, E, W, oob_row, row_blk, row_head, col_head,
@@ -236,9 +232,6 @@ def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
         hq = hkv * G + rq % G
         q_smem.index(h).store(gl.load(Q + (q_start + tq).to(gl.int64)[:, None] * stride_qt + hq[:, None] * stride_qh + dq[None, :],
                                       mask=(tq < q_len)[:, None], other=0.0))
-    # a column of ones, the B operand of the row sum: [8, keys], K-major like V^T
-    ones_smem = gl.allocate_shared_memory(gl.float8e4nv, [8, BLOCK_N], smem_layout,
-                                          gl.full([8, BLOCK_N], 1.0, gl.float32, gl.BlockedLayout([1, 16], [1, 32], [num_warps, 1], [1, 0])).to(gl.float8e4nv))
 
     # key tiles [lo, lo + n_tiles * BLOCK_N) aligned to BLOCK_N; the first n_far are farther than E from every query of the tile
     pos0 = kv_len - q_len
@@ -267,7 +260,7 @@ def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
         mbarrier.init(vt_free.index(i), count=2)
     fence_async_shared()
     _cta_barrier()
-    rt = (k_desc, v_desc, q_smem, k_smem, v_smem, vt_smem, ones_smem, (kv_ready, k_free, vt_ready, vt_free), BT,
+    rt = (k_desc, v_desc, q_smem, k_smem, v_smem, vt_smem, (kv_ready, k_free, vt_ready, vt_free), BT,
           b.to(gl.int64) * stride_btb, REL, OUT, lo, n_far, n_tiles, kv_len, oob_row, row_blk, hkv * row_head, hkv * col_head,
           q_start, q_len, pos0, tok0, hkv, sm_scale_log2, threshold, out_scale, E, W, stride_rt, stride_rh, stride_ot, stride_oh)
     # this program's 4 warps produce (TMA, V^T); two more warpgroups consume, 64 rows each, with CONSUMER_REGS registers
@@ -276,7 +269,7 @@ def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
                         (_consumer, (rt, G, BLOCK_N, PAGE, BOX, STAGES, HAS_WINDOW, P_OFFSET, 1))],
                        [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
-# %% ../nbs/07c_attention_sm90.ipynb #fbf2a9bc
+# %% ../nbs/07c_attention_sm90.ipynb #af155179
 def _rows_2d(cache: torch.Tensor):
     """`(view, rows per block, rows per head, columns per head)` of a cache whose pages are token rows, or None: the 2-D
     tensor TMA reads, row `block * rows_per_block + head * rows_per_head + offset`, column `head * cols_per_head + d`."""
@@ -338,7 +331,7 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
         if t is not None and t.device != q.device: return f"{name} is on {t.device}, q on {q.device}"
     return None
 
-# %% ../nbs/07c_attention_sm90.ipynb #57c3da15
+# %% ../nbs/07c_attention_sm90.ipynb #d4e1d404
 def _launch_args(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale, window,
                  v_scale, threshold, out) -> tuple:
     "`(grid, args, constexprs)` of one `_prefill_sm90_kernel` launch: host work only (views and descriptors, no device read or allocation)."

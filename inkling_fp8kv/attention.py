@@ -6,7 +6,7 @@
 __all__ = ['ATTN_CONFIGS', 'MAX_SPLITS', 'TML_FA4_MODULES', 'BACKENDS', 'decode_num_splits', 'decode_config', 'decode_splits',
            'tml_fa4_arguments', 'select_backend', 'rel_attention']
 
-# %% ../nbs/07_attention.ipynb #21851252
+# %% ../nbs/07_attention.ipynb #7d65a545
 import math, struct
 import torch
 import triton
@@ -14,7 +14,7 @@ import triton.language as tl
 from .numerics import E4M3_DTYPE, tl_quantize_e4m3, triton_target
 from .rescale import MAX_OFFSET, SAFE_RESCALE_THRESHOLD, check_rescale_threshold, LOG2E
 
-# %% ../nbs/07_attention.ipynb #622a50cf
+# %% ../nbs/07_attention.ipynb #9cc96680
 @triton.jit
 def _p_to_mma(p, IS_FP8: tl.constexpr, INTERP: tl.constexpr):
     # P >= 0 and finite; fp8: e4m3 with saturation at 448 (the silent clip the rescale bound rules out)
@@ -230,7 +230,7 @@ def _decode_merge_kernel(OPART, LSE, OUT, CU, out_scale, num_splits,
     t = tl.load(CU + b).to(tl.int64)
     tl.store(OUT + t * stride_ot + h * stride_oth + d, out.to(OUT.dtype.element_ty))
 
-# %% ../nbs/07_attention.ipynb #b94a57ce
+# %% ../nbs/07_attention.ipynb #fa2097d9
 ATTN_CONFIGS = {
     # GPU defaults: the winners of the H200 sweep recorded in bench/results/attention.json ("configs")
     # prefill: block_q query tokens per program, i.e. block_q x G rows (G = Hq / Hkv query heads share a KV head)
@@ -277,7 +277,7 @@ def decode_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, fp8: bool
     return decode_num_splits(batch, num_kv_heads, max_seqlen_k, window=window, block_n=cfg["block_n"], waves=cfg["split_waves"],
                              num_sms=_num_sms(torch.device(device)))
 
-# %% ../nbs/07_attention.ipynb #ca256321
+# %% ../nbs/07_attention.ipynb #7617965d
 def _check(cond, msg):
     if not cond: raise ValueError(msg)
 
@@ -324,7 +324,7 @@ def _host_scale(name, x) -> float:
     _check(math.isfinite(v) and v > 0, f"{name} must be finite and > 0, got {v}")
     return v
 
-# %% ../nbs/07_attention.ipynb #16f20c13
+# %% ../nbs/07_attention.ipynb #abaa6266
 def _first(bad: torch.Tensor) -> torch.Tensor:
     "Flat index of the first True in `bad`, or −1, as a 0-dim int64 device tensor (no host sync)."
     flat = bad.reshape(-1)
@@ -373,7 +373,7 @@ def _raise_metadata(first, block_table, seq_lens, cu_seqlens_q, T, num_blocks, b
     raise ValueError(f"block_table[{r}, {p}] = {int(block_table[r, p])} is not a block of the caches, [0, {num_blocks}): "
                      f"request {r} reads pages 0..{-(-sl[r] // block_size) - 1} (seq_lens[{r}] = {sl[r]}, block_size {block_size})")
 
-# %% ../nbs/07_attention.ipynb #3871075b
+# %% ../nbs/07_attention.ipynb #c8cc056d
 def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                           window, v_scale, threshold, num_splits, max_seqlen_k, out, config=None, fast_path=None):
     fp8 = q.dtype == E4M3_DTYPE
@@ -409,8 +409,9 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
     _check(num_splits in (None, 1), f"num_splits={num_splits}: split-KV is for decode batches (max_seqlen_q == 1) only")
     if fast_path or (fast_path is None and fp8 and config is None and q.device.type == "cuda"):
         from inkling_fp8kv import attention_sm90      # notebook 07c builds on this module: imported on first use
-        why = attention_sm90.sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=out)
-        if fast_path is None and why is None and not attention_sm90.auto_selects(q.device): why = "not picked automatically here"
+        # the automatic choice asks the (cheap) capability first: on a GPU it does not vouch for, no eligibility work per call
+        why = (attention_sm90.sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=out)
+               if fast_path or attention_sm90.auto_selects(q.device) else "not picked automatically here")
         if why is None:
             return attention_sm90._prefill_sm90_launch(q, k_cache, v_cache, rel_logits, block_table=block_table, seq_lens=seq_lens,
                                                        cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
@@ -427,7 +428,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
     return out
 
-# %% ../nbs/07_attention.ipynb #3e17091d
+# %% ../nbs/07_attention.ipynb #8ca41f94
 def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale, window, v_scale, out, **_):
     from torch.nn.attention.flex_attention import flex_attention, create_block_mask
     _, page, Hkv, _ = k_cache.shape
@@ -454,7 +455,7 @@ def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_len
         out[t0:t1] = (o[0].transpose(0, 1) * v_scale).to(out.dtype)
     return out
 
-# %% ../nbs/07_attention.ipynb #5cd87601
+# %% ../nbs/07_attention.ipynb #e5b66988
 TML_FA4_MODULES = ("vllm.third_party.tml_fa4.flash_attn.cute.interface", "vllm.third_party.tml_fa4.interface",
                    "tml_fa4.flash_attn.cute.interface", "flash_attn.cute.interface")
 
@@ -489,7 +490,7 @@ def _tml_fa4_rel_attention(q, k_cache, v_cache, rel_logits, *, v_scale, out, mod
     if v_scale != 1.0: out.mul_(v_scale)   # the kernel has no descale arguments: V's descale is linear in the output
     return out
 
-# %% ../nbs/07_attention.ipynb #cd64375f
+# %% ../nbs/07_attention.ipynb #c7eb5835
 BACKENDS = ("auto", "triton", "flex", "tml_fa4")
 
 def select_backend(backend: str, *, fp8: bool, device: torch.device) -> str:
@@ -506,7 +507,7 @@ def select_backend(backend: str, *, fp8: bool, device: torch.device) -> str:
     if backend not in allowed: raise NotImplementedError(f"backend {backend!r} does not serve {'fp8' if fp8 else 'bf16'} here; allowed: {allowed}")
     return backend
 
-# %% ../nbs/07_attention.ipynb #0811033f
+# %% ../nbs/07_attention.ipynb #55fa260f
 def rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                   window=None, v_scale=1., rescale_threshold=None, num_splits=None, backend="auto", out=None,
                   unsafe_threshold=False, max_seqlen_k=None, validate=True, config=None, tml_fa4_module=None, fast_path=None) -> torch.Tensor:

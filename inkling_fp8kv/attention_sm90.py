@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['AUTO_CAPABILITIES', 'sm90_eligible', 'auto_selects', 'prefill_sm90']
 
-# %% ../nbs/07c_attention_sm90.ipynb #0453a186
+# %% ../nbs/07c_attention_sm90.ipynb #03da3813
 import math
 from types import SimpleNamespace
 import torch
@@ -34,7 +34,7 @@ except (ImportError, AttributeError) as e:
 _BLOCK_M, _BLOCK_N, _STAGES, _NUM_WARPS, _CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 232, 168
 _LOG2E = gl.constexpr(LOG2E)
 
-# %% ../nbs/07c_attention_sm90.ipynb #ca0afc90
+# %% ../nbs/07c_attention_sm90.ipynb #71be1068
 @gluon.jit
 def _issue(k_desc, v_desc, k_smem, v_smem, kv_ready, k_free, BT, bt_off, idx, n_tiles, lo, kv_len, oob_row, row_blk, row_head, col_head,
            STAGES: gl.constexpr, BLOCK_N: gl.constexpr, BOX: gl.constexpr, PAGE: gl.constexpr):
@@ -53,7 +53,7 @@ def _issue(k_desc, v_desc, k_smem, v_smem, kv_ready, k_free, BT, bt_off, idx, n_
             tma.async_copy_global_to_shared(k_desc, [row, col_head], bar, k_smem.index(s).slice(sub * BOX, BOX))
             tma.async_copy_global_to_shared(v_desc, [row, col_head], bar, v_smem.index(s).slice(sub * BOX, BOX))
 
-# %% ../nbs/07c_attention_sm90.ipynb #609251ee
+# %% ../nbs/07c_attention_sm90.ipynb #e21cab16
 @gluon.jit
 def _prmt(a, b, asm: gl.constexpr):
     return gl.inline_asm_elementwise(asm, "=r,r,r", [a, b], dtype=gl.int32, is_pure=True, pack=1)
@@ -85,7 +85,7 @@ def _transpose_v(v_tile, vt_tile, j0, kv_len, BLOCK_N: gl.constexpr):
     # o[k, w, c, a] is byte d = 4w + 2c + a of keys 4k .. 4k + 3, i.e. word k of V^T's row d
     vt_tile._reinterpret(gl.int32, [4 * W, BLOCK_N // 4], lay32).store(gl.reshape(gl.permute(o, (1, 2, 3, 0)), [4 * W, BLOCK_N // 4]))
 
-# %% ../nbs/07c_attention_sm90.ipynb #78935234
+# %% ../nbs/07c_attention_sm90.ipynb #3b70b921
 @gluon.jit
 def _producer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
               HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr, WG: gl.constexpr):
@@ -109,7 +109,7 @@ def _producer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BO
         _cta_barrier()            # (the producer's four warps)
         mbarrier.arrive(vt_ready.index(b), count=1)
 
-# %% ../nbs/07c_attention_sm90.ipynb #948c6ed0
+# %% ../nbs/07c_attention_sm90.ipynb #ca5ade41
 @gluon.jit
 def _tile(acc0, acc1, l_i, m_i, q_wg, k_smem, vt_smem, bars, j, lo, kv_len, pos, rel_off, REL, row_valid,
           sm_scale_log2, threshold, E, W, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr, STAGES: gl.constexpr, M: gl.constexpr, BLOCK_N: gl.constexpr, HALF: gl.constexpr,
@@ -158,7 +158,7 @@ def _tile(acc0, acc1, l_i, m_i, q_wg, k_smem, vt_smem, bars, j, lo, kv_len, pos,
     acc1 = acc1 * a_o + pv1
     return acc0, acc1, l_i, m_new
 
-# %% ../nbs/07c_attention_sm90.ipynb #d89cbdcd
+# %% ../nbs/07c_attention_sm90.ipynb #a2561efb
 @gluon.jit
 def _consumer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BOX: gl.constexpr, STAGES: gl.constexpr,
               HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr, WG: gl.constexpr):
@@ -200,7 +200,7 @@ def _consumer(rt, G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BO
     gl.store(optr, (acc0 / l_safe[:, None] * out_scale).to(gl.bfloat16), mask=(to < q_len)[:, None])
     gl.store(optr + HALF, (acc1 / l_safe[:, None] * out_scale).to(gl.bfloat16), mask=(to < q_len)[:, None])
 
-# %% ../nbs/07c_attention_sm90.ipynb #9955c6dc
+# %% ../nbs/07c_attention_sm90.ipynb #71f88210
 @gluon.jit(do_not_specialize=["oob_row"])
 def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
                          sm_scale_log2, threshold, out_scale, E, W, oob_row, row_blk, row_head, col_head,
@@ -268,7 +268,7 @@ def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
                         (_consumer, (rt, G, BLOCK_N, PAGE, BOX, STAGES, HAS_WINDOW, P_OFFSET, 1))],
                        [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
-# %% ../nbs/07c_attention_sm90.ipynb #a5491c0b
+# %% ../nbs/07c_attention_sm90.ipynb #8d2b44a3
 def _rows_2d(cache: torch.Tensor):
     """`(view, rows per block, rows per head, columns per head)` of a cache whose pages are token rows, or None: the 2-D
     tensor TMA reads, row `block * rows_per_block + head * rows_per_head + offset`, column `head * cols_per_head + d`."""
@@ -301,7 +301,7 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
         return f"max_seqlen_q={max_seqlen_q}: a decode batch (max_seqlen_q == 1) runs the portable split-KV kernel"
     if q.dim() != 3 or q.shape[-1] != 128 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.shape[-1] != 128:
         return f"q {tuple(q.shape)}, caches {tuple(k_cache.shape)}/{tuple(v_cache.shape)}: the SM90 kernel needs head dim 128"
-    (T, Hq, D), (nblk, page, Hkv, _) = q.shape, k_cache.shape
+    Hq, (page, Hkv) = q.shape[1], k_cache.shape[1:3]
     G = Hq // Hkv if Hkv and Hq % Hkv == 0 else 0
     if G < 1 or G & (G - 1) or 128 % G:
         return f"Hq={Hq}, Hkv={Hkv}: a 128-row tile packs 128 / G tokens x G heads, so G = Hq / Hkv must be a power of two <= 128"
@@ -339,7 +339,7 @@ def auto_selects(device) -> bool:
     device = torch.device(device)
     return device.type == "cuda" and tuple(torch.cuda.get_device_capability(device)) in AUTO_CAPABILITIES
 
-# %% ../nbs/07c_attention_sm90.ipynb #e15c507f
+# %% ../nbs/07c_attention_sm90.ipynb #bbeabf6b
 def _launch_args(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale, window,
                  v_scale, threshold, out) -> tuple:
     "`(grid, args, constexprs)` of one `_prefill_sm90_kernel` launch: host work only (views and descriptors, no device read or allocation)."

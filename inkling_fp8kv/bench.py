@@ -19,7 +19,7 @@ __all__ = ['HEADER_KEYS', 'TIMINGS', 'WRITE_TOKENS', 'WRITE_SCALES', 'WRITE_TARG
            'attention_reading', 'plot_attention', 'render_attention', 'render_decode_splits', 'render_notes',
            'render_engine', 'render_evaluate', 'render_sm90', 'summary_markdown']
 
-# %% ../nbs/15_bench.ipynb #81a4e89b
+# %% ../nbs/15_bench.ipynb #5fe0f1e6
 import argparse, contextlib, datetime, json, math, os, platform, statistics, subprocess, sys, tempfile, time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +28,7 @@ import torch
 import triton
 from .numerics import E4M3_DTYPE
 
-# %% ../nbs/15_bench.ipynb #f4c006ec
+# %% ../nbs/15_bench.ipynb #9f748042
 HEADER_KEYS = ("gpu", "torch", "triton", "date", "command")   # every results file carries these
 
 def run_header(command: str, device="cuda") -> dict:
@@ -67,7 +67,7 @@ def load_results(folder=None) -> dict:
         folder = checkout_root() / "bench" / "results"
     return {p.stem: json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))}
 
-# %% ../nbs/15_bench.ipynb #0e84a405
+# %% ../nbs/15_bench.ipynb #b0b169fd
 TIMINGS = dict(
     replay="triton.testing.do_bench median of one CUDA-graph replay per call (the graph captured once, L2 flushed between calls)",
     cudagraph="triton.testing.do_bench_cudagraph median: the calls captured back to back in one graph (kernel time, no launch gaps)",
@@ -102,7 +102,7 @@ def time_us(fn, mode: str = "replay", *, warmup: int = 25, rep: int = 100) -> fl
         return do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3
     return do_bench(graphed(fn) if mode == "replay" else fn, warmup=warmup, rep=rep, return_mode="median") * 1e3
 
-# %% ../nbs/15_bench.ipynb #f943e568
+# %% ../nbs/15_bench.ipynb #4ce856d4
 def copy_tbps(device="cuda", nbytes: int = 1 << 30) -> float:
     "Measured copy bandwidth in TB/s: bytes read + written by `dst.copy_(src)` over its median time."
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
@@ -138,7 +138,7 @@ def measure_floors(device="cuda", *, smoke: bool = False) -> dict:
     torch.cuda.empty_cache() if on_gpu(device) else None
     return out
 
-# %% ../nbs/15_bench.ipynb #b506b169
+# %% ../nbs/15_bench.ipynb #94d57602
 def paged_attention_inputs(B: int, kv: int, Hq: int, q_len: int, dtype, *, E: int = 1024, Hkv: int = 2, page: int | None = None,
                            device="cuda", seed: int = 0) -> dict:
     "Random `rel_attention` inputs: `B` requests of `kv` keys (the last `q_len` new) in a shuffled paged cache (pages: 64 tokens e4m3, 32 bf16)."
@@ -176,7 +176,7 @@ def causal_flops(q_len: int, kv: int, Hq: int, window: int | None = None) -> flo
     if window: pairs = sum(min(n, window) for n in range(n0, kv + 1))
     return 4.0 * 128 * Hq * pairs
 
-# %% ../nbs/15_bench.ipynb #d1921396
+# %% ../nbs/15_bench.ipynb #2075c84f
 def dense_inputs(B: int, Sq: int, kv: int, Hq: int = 16, Hkv: int = 2, E: int = 1024, *, device="cuda", seed: int = 0) -> dict:
     "bf16 inputs of the dense peers: q [B, Hq, Sq, 128], k and v [B, Hkv, kv, 128], the bias rel [B, Hq, Sq, E]."
     g = torch.Generator(device=device).manual_seed(seed)
@@ -223,7 +223,7 @@ def peer_error(fn, inp: dict, heads=((0, 0), (-1, -1))) -> float:
     B, H = out.shape[:2]
     return max((out[b % B, h % H].float() - dense_reference(inp, b % B, h % H)).abs().max().item() for b, h in heads)
 
-# %% ../nbs/15_bench.ipynb #b6881923
+# %% ../nbs/15_bench.ipynb #961c3d65
 def _dist_version(*names) -> str | None:
     from importlib.metadata import version, PackageNotFoundError
     for n in names:
@@ -264,12 +264,12 @@ def fa4_call(inp: dict, *, bias: bool = True):
         return (o[0] if isinstance(o, tuple) else o).transpose(1, 2)
     return run
 
-# %% ../nbs/15_bench.ipynb #571b4181
+# %% ../nbs/15_bench.ipynb #d1f33c03
 def _log(t0: float, msg: str): print(f"[{time.time() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 def _err(e: BaseException) -> str: return f"{type(e).__name__}: {str(e)[-400:]}"
 
-# %% ../nbs/15_bench.ipynb #5e57af01
+# %% ../nbs/15_bench.ipynb #6fbeaf4f
 WRITE_TOKENS = (33, 2048, 16384)
 WRITE_SCALES = {"fp8": (0.5, 2.0), "fp8c": (1.0, 2.36)}        # (k_scale, v_scale): powers of two / a calibrated layer's
 WRITE_TARGETS = dict(median_ratio=1.00, max_ratio=1.03, bw_frac_16k=0.80)
@@ -307,7 +307,7 @@ def write_case(geom, cfg, T: int, *, seed: int, device) -> dict:
     return dict(qkvr=qkvr, w=random_prep_weights(geom, seed=seed + 2, device=device), meta=m, tau=tau, conv_cache=conv_cache,
                 nb_attn=nb_attn, gen=gen)
 
-# %% ../nbs/15_bench.ipynb #06a6ee78
+# %% ../nbs/15_bench.ipynb #4f6f21c4
 def write_prep(case: dict, geom, kv_dtype, *, scales=WRITE_SCALES["fp8"], configs=None):
     "(closure running `qkvr_prep` on `case` into a fresh packed HND cache of random bytes, its caches); validate=False: graph-capturable."
     from inkling_fp8kv.store import qkvr_prep
@@ -339,7 +339,7 @@ def write_checks(case: dict, geom) -> dict:
                     f"{tag}_k_bytes_equal": byte_eq(cf["k"], cb["k"], ks), f"{tag}_v_bytes_equal": byte_eq(cf["v"], cb["v"], vs)})
     return out
 
-# %% ../nbs/15_bench.ipynb #350f40ee
+# %% ../nbs/15_bench.ipynb #937e3281
 def _rounds(fns: dict, rounds: int, device, t0: float) -> dict:
     "Per-round (eager, CUDA-graph) medians of each closure; the closures alternate and their order flips every other round."
     times = {tag: [] for tag in fns}
@@ -375,7 +375,7 @@ def write_row(name: str, geom, cfg, T: int, device, *, copy_tbps: float, rounds:
         row[f"graph_ratio{sfx}"] = None if row["bf16_graph_us"] is None or row[f"{tag}_graph_us"] is None else row[f"{tag}_graph_us"] / row["bf16_graph_us"]
     return row
 
-# %% ../nbs/15_bench.ipynb #6e3eaea8
+# %% ../nbs/15_bench.ipynb #c383cc6f
 def write_summary(rows: list) -> dict:
     "Medians and extremes of the fp8/bf16 ratios (eager, CUDA graphs, calibrated scales) and the 16,384-token bandwidth fractions."
     ok = [r for r in rows if "error" not in r]
@@ -417,7 +417,7 @@ def write_sweep(device, copy_tbps: float, *, deadline: float, t0: float, smoke: 
             del case
     return out
 
-# %% ../nbs/15_bench.ipynb #6134b04e
+# %% ../nbs/15_bench.ipynb #1bb2deba
 def write_suite(device, *, quick: bool = False, smoke: bool = False, sweep: bool = True, budget_s: float = 300.0, tokens=None) -> dict:
     "The write-path suite: floors, the cases (quick: without 16,384 tokens and the sweep), then the sweep until `budget_s` of suite time."
     from inkling_fp8kv import store
@@ -449,7 +449,7 @@ def write_suite(device, *, quick: bool = False, smoke: bool = False, sweep: bool
                 configs=store.CONFIGS["cuda" if on_gpu(device) else "interpreter"], small_token_threshold=store.SMALL_TOKEN_THRESHOLD,
                 rounds=rounds, rounds_fused=rounds_fused, cases=rows, summary=write_summary(rows), sweep=sw)
 
-# %% ../nbs/15_bench.ipynb #5676e942
+# %% ../nbs/15_bench.ipynb #057d9bdb
 class _ProgramsOf:
     "Stands in for the tiled prep kernel: `[grid](...)` launches only its K/V programs ('kv': n_rel = 0) or only its q + logit programs ('rel')."
     def __init__(self, kernel, part: str): self.kernel, self.part = kernel, part
@@ -476,7 +476,7 @@ def write_part_bytes(geom, T: int, kv_dtype) -> tuple:
     return (T * geom.num_kv_heads * (2 * 128 * 2 + 256 * 2 + 2 * 128 * esz),
             T * geom.num_heads * ((128 + geom.d_rel) * 2 + 128 * 2 + geom.rel_extent * 2))
 
-# %% ../nbs/15_bench.ipynb #b778c60c
+# %% ../nbs/15_bench.ipynb #15d590dc
 def write_parts_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
     "The tiled write path whole, K/V programs only, q + logit programs only: CUDA-graph medians and fractions of copy bandwidth."
     from inkling_fp8kv.store import write_path_bytes
@@ -499,7 +499,7 @@ def write_parts_suite(device, *, quick: bool = False, smoke: bool = False) -> di
             del case
     return dict(copy_tbs=bw, fill_tbs=floors["fill_tbps"], floors=floors, tokens=T, rows=rows, timing=TIMINGS[timing_for(device, "cudagraph")])
 
-# %% ../nbs/15_bench.ipynb #0069352a
+# %% ../nbs/15_bench.ipynb #adeda2e3
 LAYER_TARGETS = dict(decode_fp8_over_bf16=0.70, overhead=0.05)
 
 def layer_geometries(smoke: bool = False) -> dict:
@@ -515,7 +515,7 @@ def layer_cases(quick: bool = False, smoke: bool = False) -> dict:
     if quick: return {"decode B=4, KV 4K": ([1] * 4, [4095] * 4), "prefill 512 onto 512": ([512], [512])}
     return {"decode B=32, KV 64K": ([1] * 32, [65535] * 32), "prefill 8K onto 56K (KV 64K)": ([8192], [65536 - 8192])}
 
-# %% ../nbs/15_bench.ipynb #10482b44
+# %% ../nbs/15_bench.ipynb #626e0c47
 def layer_build(cfg, idx: int, tp: int, dtype: str, q_lens: list, ctx: list, *, device, seed: int = 0) -> tuple:
     "(layer with random prep weights and scales, bound caches of random values, the batch's metadata, qkvr) for one case."
     from inkling_fp8kv.layer import InklingAttention
@@ -556,7 +556,7 @@ def layer_build(cfg, idx: int, tp: int, dtype: str, q_lens: list, ctx: list, *, 
                      conv_block_table=cbt, conv_slot_mapping=cbt[req, pos // N].long() * N + pos % N)
     return m, meta, torch.randn(T, g.qkvr_width, device=device, generator=gen).to(torch.bfloat16)
 
-# %% ../nbs/15_bench.ipynb #ca75cd18
+# %% ../nbs/15_bench.ipynb #e500ba91
 def layer_parts(m, meta, x) -> tuple:
     "The layer's three steps as separate closures on the same inputs (the calls its forward makes), and their (q_in, rel, out) buffers."
     from inkling_fp8kv import store, attention
@@ -612,7 +612,7 @@ def layer_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
     return dict(copy_bytes_per_s=floors["copy_tbps"] * 1e12, floors=floors, rows=rows,
                 timing=f"layer: {TIMINGS['eager' if on_gpu(device) else 'wall']} of the LayerGraph call and of its bare replay; parts: {TIMINGS[timing_for(device, 'replay')]}")
 
-# %% ../nbs/15_bench.ipynb #cfa5f846
+# %% ../nbs/15_bench.ipynb #71b63f1f
 PEER_HEADS = dict(Hq=16, Hkv=2, E=1024)
 PEER_CASES = {"decode B=32, KV 64K": (32, 1, 65536), "decode B=1, KV 64K": (1, 1, 65536), "prefill 8K, KV 64K": (1, 8192, 65536)}
 PEER_CASES_QUICK = {"decode B=32, KV 8K": (32, 1, 8192), "decode B=1, KV 8K": (1, 1, 8192), "prefill 2K, KV 8K": (1, 2048, 8192)}
@@ -646,7 +646,7 @@ def _check_peers(device, heads: dict, shapes, fa4) -> list:
             out.append(dict(peer=name, B=B, Sq=Sq, kv=kv, max_abs=err, ok=err <= PEER_TOL))
     return out
 
-# %% ../nbs/15_bench.ipynb #ceea7e44
+# %% ../nbs/15_bench.ipynb #3cb8fae4
 def peers_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
     "Ours (fp8, bf16), SDPA without bias, Flex and FA4 (with and without the score-mod) at the serving shapes, with the floors."
     t0, floors = time.time(), measure_floors(device, smoke=smoke)
@@ -682,7 +682,7 @@ def peers_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
     return dict(**heads, floors=floors, flash_attn_4=fa4, cutlass_dsl=_dist_version("nvidia-cutlass-dsl") if fa4 else None,
                 timing={m: TIMINGS[timing_for(device, m)] for m in ("replay", "eager")}, checks=checks, check_tolerance=PEER_TOL, rows=rows, peers=PEERS)
 
-# %% ../nbs/15_bench.ipynb #f3faa002
+# %% ../nbs/15_bench.ipynb #f710b9b7
 SM90_TARGETS = dict(prefill_8k64k_ms=5.2, prefill_8k64k_vs_sdpa=1.3, prefill_2k8k_vs_sdpa=1.0, decode32_copy_frac=0.90,
                     decode8_copy_frac=0.85, decode1_graph_us=33.0)
 SM90_PREFILL = {"global 8K x 64K": (8192, 65536, None), "global 2K x 8K": (2048, 8192, None), "local 8K x 64K": (8192, 65536, 512)}
@@ -760,7 +760,7 @@ def sm90_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
     return dict(**heads, floors=floors, flash_attn_4=fa4, checks=checks, targets=SM90_TARGETS,
                 timing={m: TIMINGS[timing_for(device, m)] for m in ("replay", "eager")}, rows=rows, peers=PEERS)
 
-# %% ../nbs/15_bench.ipynb #937e53f2
+# %% ../nbs/15_bench.ipynb #c84c3ab6
 def run_script(suite, out, *, quick: bool = False) -> dict:
     "Run `bench/<suite.script>` in a child Python writing into `out`; returns its results file, with missing header keys added."
     root = checkout_root()
@@ -776,7 +776,7 @@ def run_script(suite, out, *, quick: bool = False) -> dict:
     if missing: write_json_atomic(path, res := {**missing, **res})
     return res
 
-# %% ../nbs/15_bench.ipynb #91206231
+# %% ../nbs/15_bench.ipynb #56f20161
 @dataclass
 class Suite:
     "One benchmark: its name, results file, thin script, what it measures, minutes on one H200, and the function that runs it."
@@ -811,7 +811,7 @@ register_suite(Suite("sm90", "attention_sm90.json", "attention_sm90.py", "the SM
                      "bf16 and the peers, and the attention grid", 6, sm90_suite))
 register_suite(Suite("engine", "engine.json", "engine.py", "the tiny Inkling served by model.Engine: throughput fp8 vs bf16 and admission vs plan_pool", 3))
 
-# %% ../nbs/15_bench.ipynb #ac4d547d
+# %% ../nbs/15_bench.ipynb #f8d25dd4
 def check_device(device) -> None:
     "Refuse a run that would measure the wrong thing: a GPU run needs CUDA and no TRITON_INTERPRET; a CPU smoke run needs TRITON_INTERPRET=1."
     interp = os.environ.get("TRITON_INTERPRET") == "1"
@@ -836,7 +836,7 @@ def run_suite(name: str, *, out=None, device="cuda", quick: bool = False, smoke:
     write_json_atomic(out / s.results, res)
     return res
 
-# %% ../nbs/15_bench.ipynb #3e7754e1
+# %% ../nbs/15_bench.ipynb #88b67a18
 def script_main(name: str, argv=None) -> int:
     "The body of `bench/<script>.py` for suite `name`: parse the flags, check the device, run, write, print the summary."
     s = SUITES[name]
@@ -861,7 +861,7 @@ def script_main(name: str, argv=None) -> int:
     print(f"\nwrote {Path(a.out) / s.results} in {res.get('wall_s') or 0:.0f} s")
     return 0
 
-# %% ../nbs/15_bench.ipynb #51ed468b
+# %% ../nbs/15_bench.ipynb #df9fed38
 def _table(head: list, rows: list) -> str:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
@@ -876,7 +876,7 @@ def provenance(res: dict) -> str:
     smoke = " **Smoke run: the times mean nothing.**" if res.get("smoke") else ""
     return f"{res.get('gpu', '?')}, torch {res.get('torch', '?')}, Triton {res.get('triton', '?')}, {res.get('date', '?')}; {cmd}.{smoke}"
 
-# %% ../nbs/15_bench.ipynb #1bcd23e3
+# %% ../nbs/15_bench.ipynb #0cdf99d8
 def write_path_table(res: dict) -> str:
     "The write-path cases: CUDA-graph medians (the measure), fractions of the copy bandwidth, the eager ratio, the checks."
     c = "fp8c" in res.get("scales", {})
@@ -896,7 +896,7 @@ def _spread(rows: list, tags=("bf16", "fp8", "fp8c")):
     sp = [(max(v) / min(v) - 1, f"{r['case']} at {r['tokens']:,} tokens, {t}") for r in rows for t in tags if len(v := r.get(f"{t}_graph_us_rounds") or []) > 1]
     return max(sp) if sp else None
 
-# %% ../nbs/15_bench.ipynb #ff65a953
+# %% ../nbs/15_bench.ipynb #4a743e3f
 def write_path_reading(res: dict) -> str:
     "The write path read against its targets, from the file: correctness, median, worst case, bandwidth, scales, noise, sweep."
     s, t, ok = res["summary"], WRITE_TARGETS, [r for r in res["cases"] if "error" not in r]
@@ -947,7 +947,7 @@ def write_sweep_reading(sweep: list) -> str:
     items = [f"{c} {dt}: {json.dumps(o['tiled'])} {us:.1f} µs against {base[(c, dt)]:.1f} ({us / base[(c, dt)] - 1:+.1%})" for (c, dt), (o, us) in best.items()]
     return f"- **Launch sweep** ({len(sweep)} runs, CUDA-graph medians; the best override per case against the defaults): " + "; ".join(items) + "."
 
-# %% ../nbs/15_bench.ipynb #ca5273f4
+# %% ../nbs/15_bench.ipynb #96324b01
 def plot_write_path(res: dict):
     "fp8/bf16 per case and size against the targets, and the largest cases' fraction of the copy bandwidth per dtype."
     import matplotlib.pyplot as plt, pandas as pd, seaborn as sns
@@ -975,7 +975,7 @@ def render_write_path(res: dict) -> str:
     "provenance, table, reading."
     return "\n\n".join([provenance(res) + f" Copy bandwidth {res['copy_tbs']:.2f} TB/s, fill {res['fill_tbs']:.2f} TB/s.", write_path_table(res), write_path_reading(res)])
 
-# %% ../nbs/15_bench.ipynb #287d762f
+# %% ../nbs/15_bench.ipynb #08001f36
 def render_write_path_parts(res: dict, write: dict | None = None) -> str:
     "The tiled launch whole and restricted to each kind of program, with the reading; `write`: the write-path file, to date the kernels."
     rows = [[r["case"], r["dtype"], f"{r['full_us']:.1f}", _pct(r["full_frac"]), f"{r['kv_us']:.1f}", _pct(r["kv_frac"]), f"{r['rel_us']:.1f}",
@@ -997,7 +997,7 @@ def render_write_path_parts(res: dict, write: dict | None = None) -> str:
                  f"then; `python bench/write_path_parts.py` re-measures it.")
     return "\n\n".join([provenance(res) + f" {res['tokens']:,} tokens; copy {res['copy_tbs']:.2f} TB/s.", t, "\n".join(L)])
 
-# %% ../nbs/15_bench.ipynb #eac58a6e
+# %% ../nbs/15_bench.ipynb #77e828f0
 def render_layer(res: dict) -> str:
     "The layer against its parts, fp8 against bf16, and the reading against the layer targets."
     by = {(r["geometry"], r["case"], r["dtype"]): r for r in res["rows"]}
@@ -1040,7 +1040,7 @@ def plot_layer(res: dict):
     fig.tight_layout()
     return fig
 
-# %% ../nbs/15_bench.ipynb #d0e61dc3
+# %% ../nbs/15_bench.ipynb #205dde7a
 def _legacy_peers(res: dict) -> str:
     "A peers file from before this suite (FA4 alone, its own device call): its checks and times."
     checks = [r for r in res["rows"] if r["kind"] == "fa4_check"]
@@ -1092,7 +1092,7 @@ def plot_peers(res: dict):
     fig.tight_layout()
     return fig
 
-# %% ../nbs/15_bench.ipynb #20e9d923
+# %% ../nbs/15_bench.ipynb #7b694999
 ATTENTION_TARGETS = dict(decode_copy_frac=0.80, decode_over_bf16=0.55, decode_vs_fa4=7.0, prefill_vs_fa4=2.0, prefill_vs_bf16=1.2)
 
 def _attn(res: dict):
@@ -1124,7 +1124,7 @@ def attention_tables(res: dict) -> str:
                         "SDPA's prefill row is left out: with `is_causal=True` and fewer queries than keys it aligns the mask to the top left, "
                         "so that call does not compute the chunked-prefill case (the peers suite above times it with a lower-right mask)."])
 
-# %% ../nbs/15_bench.ipynb #2d4691b0
+# %% ../nbs/15_bench.ipynb #abe15ee6
 def attention_reading(res: dict) -> str:
     "The attention targets met or missed, and the cases where fp8 gains least over bf16, from the grid's file."
     rows, get, best, bw = _attn(res)
@@ -1171,7 +1171,7 @@ def plot_attention(res: dict):
 
 def render_attention(res: dict) -> str: return attention_tables(res) + "\n\n" + attention_reading(res)
 
-# %% ../nbs/15_bench.ipynb #51168d9b
+# %% ../nbs/15_bench.ipynb #3faee01c
 def render_decode_splits(ds: dict) -> str:
     "Decode with the split count `decode_num_splits` picks (rounded down) against the count rounded up, with the reading."
     rows = [[r["dtype"], r["B"], f"{r['splits_new']} / {r['splits_old']}", f"{r['us_new']:.1f}", f"{r['us_old']:.1f}", f"{r['us_new'] / r['us_old']:.3f}",
@@ -1190,7 +1190,7 @@ def render_decode_splits(ds: dict) -> str:
     return "\n\n".join([provenance(ds) + f" {ds['num_sms']} SMs, copy {ds['copy_tbps']:.2f} TB/s; Hq {ds['Hq']}, Hkv {ds['Hkv']}, KV {ds['kv']:,}.",
                         _table(["dtype", "B", "splits (down / up)", "µs, down", "µs, up", "down / up", "% copy (down)"], rows), "\n".join(l for l in L if l)])
 
-# %% ../nbs/15_bench.ipynb #64939457
+# %% ../nbs/15_bench.ipynb #c2e15332
 def render_notes(notes: dict) -> str:
     "What each lab-notes record says about itself: its date and its note, purpose, variant, outcome or description."
     out = []

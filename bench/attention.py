@@ -11,11 +11,16 @@ import torch, triton
 from triton.testing import do_bench
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from inkling_fp8kv.attention import rel_attention, ATTN_CONFIGS
+from inkling_fp8kv.bench import check_device, write_json_atomic
 
 dev = torch.device("cuda")
 F8, BF = torch.float8_e4m3fn, torch.bfloat16
-RES = dict(gpu=torch.cuda.get_device_name(), capability=list(torch.cuda.get_device_capability()), torch=torch.__version__,
-           triton=triton.__version__, date=time.strftime("%Y-%m-%d"), configs=None, rows=[])
+RES = {}   # main() fills the header, then the rows (no CUDA work at import: --help answers on any machine)
+
+def header():
+    return dict(gpu=torch.cuda.get_device_name(), capability=list(torch.cuda.get_device_capability()),
+                torch=torch.__version__, triton=triton.__version__, date=time.strftime("%Y-%m-%d"),
+                command=" ".join(["python", "bench/attention.py", *sys.argv[1:]]))
 
 def log(**kw):
     RES["rows"].append(kw); print(json.dumps(kw), flush=True)
@@ -118,8 +123,13 @@ def pick(kind, dtype, candidates, B, kv, Hq, qlen, graph):
     return best[0]
 
 def main():
-    ap = argparse.ArgumentParser(); ap.add_argument("--out", default="."); ap.add_argument("--fa4", action="store_true")
+    ap = argparse.ArgumentParser(prog="bench/attention.py", description=__doc__.splitlines()[0] + " CUDA GPU only.")
+    ap.add_argument("--out", default=".", help="output folder (default: the current one)")
+    ap.add_argument("--fa4", action="store_true", help="also time FlashAttention-4 (see bench/fa4-unpack.sh)")
     a = ap.parse_args()
+    try: check_device("cuda")
+    except RuntimeError as e: ap.error(str(e))
+    RES.update(header(), configs=None, rows=[])
     x = torch.empty(2 * 1024 ** 3, dtype=torch.uint8, device=dev); y = torch.empty_like(x)
     bw = 2 * x.numel() / (timed(lambda: y.copy_(x)) * 1e-6) / 1e12
     log(kind="copy_bandwidth", tbps=bw); del x, y
@@ -141,7 +151,7 @@ def main():
                                     + [dict(ATTN_CONFIGS["prefill_bf16"])],
                                     1, 65536, 16, 8192, graph=False)
     RES["configs"] = {f"{k[0]}_{str(k[1])[6:]}": v for k, v in cfg.items()}
-    json.dump(RES, open(os.path.join(a.out, "attention.json"), "w"), indent=1)
+    write_json_atomic(os.path.join(a.out, "attention.json"), RES)
     # --- the grid
     for Hq, dt in itertools.product((16, 8), (F8, BF)):
         name = str(dt)[6:]
@@ -169,7 +179,7 @@ def main():
             us = timed(attn_call(dt, 1, 65536, Hq, 8192, E=512, window=512, config=cfg[("prefill", dt)]))
             log(kind="prefill", dtype=name, Hq=Hq, Q=8192, kv=65536, layer="local", us=us, tflops=prefill_flops(8192, 65536, Hq, 512) / (us * 1e-6) / 1e12)
         except Exception as e: log(kind="fail", case=["prefill_local", name, Hq], err=str(e)[-300:])
-        json.dump(RES, open(os.path.join(a.out, "attention.json"), "w"), indent=1)
+        write_json_atomic(os.path.join(a.out, "attention.json"), RES)
     # --- peers at Hq=16: decode B=32 / B=1 at 64K, prefill 8K x 64K
     peer_cases = [(32, 1, 65536), (1, 1, 65536), (1, 8192, 65536)]
     for B, Sq, kv in peer_cases:
@@ -184,7 +194,7 @@ def main():
                 try: log(kind="peer", name="fa4_scoremod" if bias else "fa4_nobias", B=B, Sq=Sq, kv=kv, Hq=16, us=timed(fa4(B, Sq, kv, bias=bias)))
                 except Exception as e: log(kind="peer_fail", name="fa4", B=B, Sq=Sq, err=str(e)[-300:])
                 torch.cuda.empty_cache()
-        json.dump(RES, open(os.path.join(a.out, "attention.json"), "w"), indent=1)
+        write_json_atomic(os.path.join(a.out, "attention.json"), RES)
     # --- short table
     rows = RES["rows"]
     def get(kind, **kw): return [r for r in rows if r["kind"] == kind and all(r.get(k) == v for k, v in kw.items())]

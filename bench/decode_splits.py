@@ -11,9 +11,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attention import paged, timed, kv_bytes, dev, F8, BF
 from inkling_fp8kv.attention import rel_attention, ATTN_CONFIGS, decode_num_splits, MAX_SPLITS
+from inkling_fp8kv.bench import check_device, write_json_atomic
 
 def main():
-    ap = argparse.ArgumentParser(); ap.add_argument("--out", default="."); a = ap.parse_args()
+    ap = argparse.ArgumentParser(prog="bench/decode_splits.py", description=__doc__.splitlines()[0] + " CUDA GPU only.")
+    ap.add_argument("--out", default=".", help="output folder (default: the current one)")
+    a = ap.parse_args()
+    try: check_device("cuda")
+    except RuntimeError as e: ap.error(str(e))
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     res = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, date=time.strftime("%Y-%m-%d"),
                num_sms=sms, Hq=16, Hkv=2, kv=65536, timing="do_bench median of CUDA-graph replays, microseconds", rows=[])
@@ -33,7 +38,7 @@ def main():
                 row[f"us_{tag}"], row[f"copy_frac_{tag}"] = us, kv_bytes(B, 65536, dt) / (us * 1e-6) / 1e12 / bw
             res["rows"].append(row); print(json.dumps(row), flush=True)
             del q, k, v, rel; torch.cuda.empty_cache()
-    json.dump(res, open(os.path.join(a.out, "decode_splits.json"), "w"), indent=1)
+    write_json_atomic(os.path.join(a.out, "decode_splits.json"), res)
     print(f"\n{res['gpu']}  copy {bw:.2f} TB/s  ({sms} SMs)")
     print(" dtype    B  splits new/old      us new     us old   new/old  copy% new")
     for r in res["rows"]:

@@ -8,6 +8,8 @@ On the GPU box, from the repository root, after carrying .fa4a/.fa4b (made by ..
 them FA4 is recorded as not importable and the other peers are still measured):
     source bench/fa4-unpack.sh && PYTHONPATH=$PWD:$PYTHONPATH python bench/fa4_peer.py [--quick] [--out DIR]
 Writes DIR/fa4_peer.json (DIR: $OUT, else bench/results) and prints its tables.
+`--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
+(never bench/results).
 """
 import pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # this checkout's package

@@ -5,6 +5,8 @@ kernels timed alone in the same run. The suite is `inkling_fp8kv.bench.layer_sui
 On the GPU box, from the repository root:
     PYTHONPATH=$PWD python bench/layer.py [--quick] [--out DIR]
 Writes DIR/layer.json (DIR: $OUT, else bench/results) and prints its table and reading.
+`--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
+(never bench/results).
 """
 import pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # this checkout's package

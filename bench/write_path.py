@@ -5,7 +5,8 @@ checks and a launch-parameter sweep. The suite is `inkling_fp8kv.bench.write_sui
 On the GPU box, from the repository root (plain Python, no nbdev needed):
     PYTHONPATH=$PWD python bench/write_path.py [--quick] [--no-sweep] [--budget-s S] [--out DIR]
 Writes DIR/write_path.json (DIR: $OUT, else bench/results) and prints its table and reading.
-`--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing.
+`--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
+(never bench/results).
 """
 import pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # this checkout's package

@@ -5,6 +5,8 @@ programs and restricted to its q + logit programs. The suite is `inkling_fp8kv.b
 On the GPU box, from the repository root:
     PYTHONPATH=$PWD python bench/write_path_parts.py [--quick] [--out DIR]
 Writes DIR/write_path_parts.json (DIR: $OUT, else bench/results) and prints its table and reading.
+`--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
+(never bench/results).
 """
 import pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # this checkout's package

@@ -6,18 +6,20 @@
 __all__ = ['HEADER_KEYS', 'TIMINGS', 'WRITE_TOKENS', 'WRITE_SCALES', 'WRITE_TARGETS', 'ATTN_BLOCK', 'CONV_BLOCK', 'WRITE_SWEEP',
            'LAYER_TARGETS', 'PEER_HEADS', 'PEER_CASES', 'PEER_CASES_QUICK', 'PEER_CASES_SMOKE', 'PEER_CHECKS',
            'PEER_TOL', 'PEERS', 'SM90_TARGETS', 'SM90_PREFILL', 'SM90_GRID_PREFILL', 'SM90_GRID_DECODE', 'SM90_SMOKE',
-           'SUITES', 'ATTENTION_TARGETS', 'RENDER', 'run_header', 'write_json_atomic', 'checkout_root', 'load_results',
-           'on_gpu', 'timing_for', 'synchronize', 'graphed', 'time_us', 'copy_tbps', 'fill_tbps', 'matmul_tflops',
-           'measure_floors', 'paged_attention_inputs', 'ours', 'kv_bytes', 'causal_flops', 'dense_inputs',
-           'dense_reference', 'sdpa_nobias', 'flex_scoremod', 'peer_error', 'fa4_version', 'fa4_call',
-           'write_head_configs', 'write_requests', 'write_case', 'write_prep', 'write_checks', 'write_row',
-           'write_summary', 'write_sweep', 'write_suite', 'only_programs', 'write_part_bytes', 'write_parts_suite',
-           'layer_geometries', 'layer_cases', 'layer_build', 'layer_parts', 'layer_suite', 'peers_suite', 'sm90_suite',
-           'run_script', 'Suite', 'register_suite', 'check_device', 'run_suite', 'script_main', 'provenance',
-           'write_path_table', 'write_path_reading', 'write_sweep_reading', 'plot_write_path', 'render_write_path',
-           'render_write_path_parts', 'render_layer', 'plot_layer', 'render_peers', 'plot_peers', 'attention_tables',
-           'attention_reading', 'plot_attention', 'render_attention', 'render_decode_splits', 'render_notes',
-           'render_engine', 'render_evaluate', 'render_sm90', 'summary_markdown']
+           'ENGINE_WORKLOADS', 'ENGINE_STEP', 'ENGINE_CACHE_BYTES', 'ENGINE_OFFERED', 'SUITES', 'ATTENTION_TARGETS',
+           'RENDER', 'run_header', 'write_json_atomic', 'checkout_root', 'load_results', 'on_gpu', 'timing_for',
+           'synchronize', 'graphed', 'time_us', 'copy_tbps', 'fill_tbps', 'matmul_tflops', 'measure_floors',
+           'paged_attention_inputs', 'ours', 'kv_bytes', 'causal_flops', 'dense_inputs', 'dense_reference',
+           'sdpa_nobias', 'flex_scoremod', 'peer_error', 'fa4_version', 'fa4_call', 'write_head_configs',
+           'write_requests', 'write_case', 'write_prep', 'write_checks', 'write_row', 'write_summary', 'write_sweep',
+           'write_suite', 'only_programs', 'write_part_bytes', 'write_parts_suite', 'layer_geometries', 'layer_cases',
+           'layer_build', 'layer_parts', 'layer_suite', 'peers_suite', 'sm90_suite', 'engine_throughput',
+           'engine_admission', 'engine_suite', 'run_script', 'Suite', 'register_suite', 'check_device', 'results_dir',
+           'run_suite', 'script_main', 'provenance', 'write_path_table', 'write_path_reading', 'write_sweep_reading',
+           'plot_write_path', 'render_write_path', 'render_write_path_parts', 'render_layer', 'plot_layer',
+           'render_peers', 'plot_peers', 'attention_tables', 'attention_reading', 'plot_attention', 'render_attention',
+           'render_decode_splits', 'render_notes', 'render_engine', 'render_evaluate', 'render_sm90',
+           'summary_markdown']
 
 # %% ../nbs/15_bench.ipynb #5fe0f1e6
 import argparse, contextlib, datetime, json, math, os, platform, statistics, subprocess, sys, tempfile, time
@@ -760,6 +762,94 @@ def sm90_suite(device, *, quick: bool = False, smoke: bool = False) -> dict:
     return dict(**heads, floors=floors, flash_attn_4=fa4, checks=checks, targets=SM90_TARGETS,
                 timing={m: TIMINGS[timing_for(device, m)] for m in ("replay", "eager")}, rows=rows, peers=PEERS)
 
+# %% ../nbs/15_bench.ipynb #e7a1c0d2
+ENGINE_WORKLOADS = dict(full=dict(requests=32, prompt_tokens=8192, new_tokens=256),
+                        quick=dict(requests=8, prompt_tokens=2048, new_tokens=32),
+                        smoke=dict(requests=1, prompt_tokens=16, new_tokens=2))   # a prefill step and a decode step
+ENGINE_STEP = dict(max_num_batched_tokens=8192, block_size=16)
+ENGINE_CACHE_BYTES = dict(full=256 << 20, smoke=4 << 20)     # the admission comparison's cache budget
+ENGINE_OFFERED = 2000                                        # requests queued for the admission count
+
+def _engine_prompts(w: dict) -> list:
+    "One random task sequence per request (seed 0), one SET and one GET per 128 tokens."
+    import numpy as np
+    from inkling_fp8kv.model import sample_sequence
+    rng, n = np.random.default_rng(0), max(1, w["prompt_tokens"] // 128)
+    return [sample_sequence(rng, w["prompt_tokens"], n_pairs=n, n_queries=n).tokens for _ in range(w["requests"])]
+
+def _timed_engine(model, **kw):
+    "A `model.Engine` that appends `(tokens, seconds)` of each step to `step_times`."
+    from inkling_fp8kv.model import Engine
+    class TimedEngine(Engine):
+        def _step(self):
+            t = time.perf_counter(); n = super()._step()
+            self.step_times.append((n, time.perf_counter() - t)); return n
+    eng = TimedEngine(model, **kw)
+    eng.step_times = []
+    return eng
+
+def engine_throughput(eng, prompts: list, new: int, device) -> tuple:
+    "(greedy outputs, rates): output tokens/s end to end, prefill tokens/s over its steps, the median decode step."
+    eng.step_times.clear()
+    t0 = time.perf_counter()
+    out = eng.generate(prompts, new)
+    synchronize(device)
+    total = time.perf_counter() - t0
+    dec = [s for n, s in eng.step_times if n <= eng.max_num_seqs]     # a decode step: one token per running request
+    pre = [(n, s) for n, s in eng.step_times if n > eng.max_num_seqs]
+    n_out = sum(map(len, out))
+    return out, dict(seconds=round(total, 3), output_tokens=n_out, output_tok_s=round(n_out / total, 1),
+                     steps=len(eng.step_times), prefill_steps=len(pre),
+                     prefill_tok_s=round(sum(n for n, _ in pre) / max(1e-9, sum(s for _, s in pre)), 1),
+                     decode_steps=len(dec),
+                     decode_step_ms_median=round(1e3 * statistics.median(dec), 3) if dec else None)
+
+def engine_admission(model, kv_cache_dtype: str, cache_bytes: int, w: dict) -> dict:
+    "Requests of the workload's length the Engine admits at once into `cache_bytes`, beside `plan_pool`'s concurrency."
+    from inkling_fp8kv.model import Engine
+    from inkling_fp8kv.capacity import plan_pool
+    L, step = w["prompt_tokens"] + w["new_tokens"], w["max_num_batched_tokens"]
+    eng = Engine(model, max_num_seqs=10 * ENGINE_OFFERED, max_num_batched_tokens=step, block_size=w["block_size"],
+                 max_model_len=L, cache_bytes=cache_bytes)
+    for _ in range(ENGINE_OFFERED): eng._add([1] * w["prompt_tokens"], w["new_tokens"], False)
+    eng._admit()
+    plan = plan_pool(model.cfg, tp=1, kv_cache_dtype="bfloat16" if kv_cache_dtype == "bfloat16" else "fp8",
+                     max_model_len=L, max_num_batched_tokens=step, available_bytes=cache_bytes,
+                     max_concurrent_batches=1)
+    return dict(cache_bytes=cache_bytes, requests_offered=ENGINE_OFFERED, engine_admitted=len(eng.running),
+                engine_blocks=eng.num_blocks, engine_bytes_per_token=eng.cache_bytes_per_token(),
+                plan_pool_max_concurrency=round(plan.max_concurrency, 2),
+                plan_pool_blocks_per_request=plan.blocks_per_request, plan_pool_bytes_per_block=plan.bytes_per_block)
+
+
+# %% ../nbs/15_bench.ipynb #e7a1c0d3
+def engine_suite(device, *, quick: bool = False, smoke: bool = False, requests=None, prompt=None, new=None) -> dict:
+    "The tiny Inkling served by `model.Engine` (Triton kernels), bf16 then fp8 KV: throughput, admission, agreement."
+    from inkling_fp8kv.model import InklingLM, tiny_checkpoint
+    size = "smoke" if smoke else "quick" if quick else "full"
+    given = dict(requests=requests, prompt_tokens=prompt, new_tokens=new)
+    w = ENGINE_WORKLOADS[size] | {k: v for k, v in given.items() if v is not None} | ENGINE_STEP
+    L = w["prompt_tokens"] + w["new_tokens"]
+    prompts, t0, outs = _engine_prompts(w), time.time(), {}
+    res = dict(workload=w, throughput={}, admission={})
+    for dt in ("bfloat16", "fp8_e4m3"):
+        m = InklingLM.from_pretrained(tiny_checkpoint(), kv_cache_dtype=dt, kernels="triton", device=device, warn=False)
+        eng = _timed_engine(m, max_num_seqs=w["requests"], max_num_batched_tokens=w["max_num_batched_tokens"],
+                            block_size=w["block_size"], max_model_len=L,
+                            num_blocks=w["requests"] * -(-L // w["block_size"]))      # every request's blocks at once
+        if not smoke:                     # compile every kernel variant once: prefill chunks of two sizes, decode
+            eng.generate([p[:300] for p in prompts[:4]], 4); eng.generate([p[:2000] for p in prompts[:2]], 2)
+        outs[dt], res["throughput"][dt] = engine_throughput(eng, prompts, w["new_tokens"], device)
+        res["admission"][dt] = ad = engine_admission(m, dt, ENGINE_CACHE_BYTES["smoke" if smoke else "full"], w)
+        _log(t0, f"engine {dt}: {res['throughput'][dt]['output_tok_s']} output tok/s, {ad['engine_admitted']} admitted")
+        del eng, m
+        if on_gpu(device): torch.cuda.empty_cache()
+    same = [x == y for a, b in zip(outs["bfloat16"], outs["fp8_e4m3"]) for x, y in zip(a, b)]
+    res["fp8_vs_bf16_token_agreement"] = round(statistics.fmean(same), 4)
+    res["env"] = {k: v for k, v in run_header("", device).items() if k in ("gpu", "torch", "triton", "python", "date")}
+    return res
+
+
 # %% ../nbs/15_bench.ipynb #c84c3ab6
 def run_script(suite, out, *, quick: bool = False) -> dict:
     "Run `bench/<suite.script>` in a child Python writing into `out`; returns its results file, with missing header keys added."
@@ -809,7 +899,14 @@ register_suite(Suite("attention", "attention.json", "attention.py", "the attenti
 register_suite(Suite("decode_splits", "decode_splits.json", "decode_splits.py", "decode split counts between the grid's batch sizes", None))
 register_suite(Suite("sm90", "attention_sm90.json", "attention_sm90.py", "the SM90 fp8 prefill fast path against the portable kernel, "
                      "bf16 and the peers, and the attention grid", 6, sm90_suite))
-register_suite(Suite("engine", "engine.json", "engine.py", "the tiny Inkling served by model.Engine: throughput fp8 vs bf16 and admission vs plan_pool", 3))
+_engine_flags = {f"--{flag}": dict(type=int, default=None, help=f"{about} (default {ENGINE_WORKLOADS['full'][key]:,}; "
+                                                                  f"--quick {ENGINE_WORKLOADS['quick'][key]:,})")
+                 for flag, key, about in (("requests", "requests", "concurrent requests"),
+                                          ("prompt", "prompt_tokens", "prompt tokens each"),
+                                          ("new", "new_tokens", "greedy new tokens each"))}
+register_suite(Suite("engine", "engine.json", "engine.py",
+                     "the tiny Inkling served by model.Engine: throughput fp8 vs bf16 and admission vs plan_pool", 3,
+                     engine_suite, _engine_flags))
 
 # %% ../nbs/15_bench.ipynb #f8d25dd4
 def check_device(device) -> None:
@@ -817,19 +914,36 @@ def check_device(device) -> None:
     interp = os.environ.get("TRITON_INTERPRET") == "1"
     if on_gpu(device):
         if not torch.cuda.is_available():
-            raise RuntimeError(f"needs a CUDA GPU: torch {torch.__version__} sees none (on a CPU, `python bench/<script>.py --smoke` with "
-                               "TRITON_INTERPRET=1 checks the plumbing)")
+            raise RuntimeError(f"needs a CUDA GPU: torch {torch.__version__} sees none (on a CPU, "
+                               "`python bench/<script>.py --smoke` with TRITON_INTERPRET=1 checks a suite's plumbing, "
+                               "into a temporary folder; --help says whether a script has --smoke)")
         if interp: raise RuntimeError("TRITON_INTERPRET=1 is set: the kernels would run in the interpreter; unset it to time the GPU")
     elif not interp: raise RuntimeError("a CPU smoke run needs TRITON_INTERPRET=1 set before Python starts (Triton reads it at import)")
 
+def results_dir(out=None, *, smoke: bool = False) -> Path:
+    "Where a run writes: `out`, else the checkout's bench/results; never there for a smoke run (default: a temp dir)."
+    root = checkout_root()
+    committed = (root / "bench" / "results").resolve() if root else None
+    if out is None:
+        if smoke: return Path(tempfile.mkdtemp(prefix="inkling-fp8kv-smoke-"))
+        if committed is None:
+            raise FileNotFoundError("no bench/results here (the package is not imported from a checkout): "
+                                    "pass an output folder")
+        return committed
+    out = Path(out).resolve()
+    if smoke and out == committed:
+        raise ValueError(f"a smoke run never writes into {out}, the committed results; pass another --out, "
+                         "or none for a temporary folder")
+    return out
+
 def run_suite(name: str, *, out=None, device="cuda", quick: bool = False, smoke: bool = False, command: str | None = None, **options) -> dict:
-    "Run suite `name` and write its results file into `out` (default: the checkout's bench/results), header first; returns the results."
+    "Run suite `name`, write its results file into `results_dir(out, smoke=smoke)`, header first; return the results."
     if name not in SUITES: raise ValueError(f"unknown suite {name!r}: expected one of {', '.join(SUITES)}")
-    s, out = SUITES[name], Path(out) if out is not None else checkout_root() / "bench" / "results"
+    s = SUITES[name]
     check_device(device)
-    if s.run is None:
-        if smoke: raise ValueError(f"suite {name!r} is bench/{s.script}, which runs on a GPU only")
-        return run_script(s, out, quick=quick)
+    if s.run is None and smoke: raise ValueError(f"suite {name!r} is bench/{s.script}, which runs on a GPU only")
+    out = results_dir(out, smoke=smoke)
+    if s.run is None: return run_script(s, out, quick=quick)
     t0, head = time.time(), run_header(command or f"python bench/{s.script}", device)
     res = dict(head, suite=name, quick=quick, smoke=smoke, **s.run(torch.device(device), quick=quick, smoke=smoke, **options))
     res["wall_s"] = time.time() - t0
@@ -841,10 +955,9 @@ def script_main(name: str, argv=None) -> int:
     "The body of `bench/<script>.py` for suite `name`: parse the flags, check the device, run, write, print the summary."
     s = SUITES[name]
     argv = sys.argv[1:] if argv is None else list(argv)
-    root = checkout_root()
     ap = argparse.ArgumentParser(prog=f"bench/{s.script}", description=s.about)
-    ap.add_argument("--out", default=os.environ.get("OUT") or (str(root / "bench" / "results") if root else "."),
-                    help="output folder (default: $OUT, else bench/results)")
+    ap.add_argument("--out", help="output folder (default: $OUT, else bench/results; with --smoke: $OUT, else a new "
+                                  "temporary folder, never bench/results)")
     ap.add_argument("--quick", action="store_true", help="the small cases only: a check that the script runs")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny shapes, on the GPU if there is one, else on the CPU under TRITON_INTERPRET=1: plumbing only, the times mean nothing")
@@ -852,13 +965,14 @@ def script_main(name: str, argv=None) -> int:
     a = ap.parse_args(argv)
     from inkling_fp8kv.numerics import kernel_device
     device = kernel_device() if a.smoke else "cuda"
-    try: check_device(device)
-    except RuntimeError as e: ap.error(str(e))
+    try: check_device(device); out = results_dir(a.out or os.environ.get("OUT") or None, smoke=a.smoke)
+    except (RuntimeError, ValueError, FileNotFoundError) as e: ap.error(str(e))
     opts = {flag.lstrip("-").replace("-", "_"): getattr(a, flag.lstrip("-").replace("-", "_")) for flag in s.options}
-    res = run_suite(name, out=a.out, device=device, quick=a.quick, smoke=a.smoke, command=" ".join(["python", f"bench/{s.script}", *argv]),
+    res = run_suite(name, out=out, device=device, quick=a.quick, smoke=a.smoke,
+                    command=" ".join(["python", f"bench/{s.script}", *argv]),
                     **{k.removeprefix("no_"): not v if k.startswith("no_") else v for k, v in opts.items()})
     print(summary_markdown(name, res))
-    print(f"\nwrote {Path(a.out) / s.results} in {res.get('wall_s') or 0:.0f} s")
+    print(f"\nwrote {out / s.results} in {res.get('wall_s') or 0:.0f} s")
     return 0
 
 # %% ../nbs/15_bench.ipynb #df9fed38
@@ -878,18 +992,25 @@ def provenance(res: dict) -> str:
 
 # %% ../nbs/15_bench.ipynb #0cdf99d8
 def write_path_table(res: dict) -> str:
-    "The write-path cases: CUDA-graph medians (the measure), fractions of the copy bandwidth, the eager ratio, the checks."
+    "Two tables that fit a page: CUDA-graph medians (the measure), fractions of copy, checks; then fp8c, eager ratio."
     c = "fp8c" in res.get("scales", {})
-    head = ["case", "tokens", "path", "bf16 µs", "fp8 µs", "fp8/bf16", "bf16 % copy", "fp8 % copy"]
-    head += ["fp8c µs", "fp8c/bf16", "fp8c % copy"] if c else []
-    rows = []
+    main, more = [], []
     for r in res["cases"]:
-        if "error" in r: rows.append([r["case"], f"{r['tokens']:,}", f"error: {r['error']}"] + [""] * (len(head) - 1)); continue
-        rows.append([r["case"], f"{r['tokens']:,}", r["path"], _num(r["bf16_graph_us"], ".2f"), _num(r["fp8_graph_us"], ".2f"),
-                     _num(r["graph_ratio"], ".3f"), _pct(r["bf16_graph_bw_frac"], 2), _pct(r["fp8_graph_bw_frac"], 2)]
-                    + ([_num(r.get("fp8c_graph_us"), ".2f"), _num(r.get("graph_ratio_c"), ".3f"), _pct(r.get("fp8c_graph_bw_frac"), 2)] if c else [])
-                    + [_num(r["ratio"], ".3f"), "ok" if r["checks_ok"] else "**FAILED**"])
-    return _table(head + ["eager fp8/bf16", "checks"], rows)
+        key = [r["case"], f"{r['tokens']:,} {r.get('path', '')}".strip()]
+        if "error" in r: main.append(key + [f"error: {r['error']}", "", "", "", ""]); continue
+        main.append(key + [_num(r["bf16_graph_us"], ".2f"), _num(r["fp8_graph_us"], ".2f"),
+                           _num(r["graph_ratio"], ".3f"),
+                           f"{_pct(r['bf16_graph_bw_frac'], 2)} / {_pct(r['fp8_graph_bw_frac'], 2)}",
+                           "ok" if r["checks_ok"] else "**FAILED**"])
+        calibrated = [_num(r.get("fp8c_graph_us"), ".2f"), _num(r.get("graph_ratio_c"), ".3f"),
+                      _pct(r.get("fp8c_graph_bw_frac"), 2)]
+        more.append(key + (calibrated if c else []) + [_num(r["ratio"], ".3f")])
+    head = ["case", "tokens, path"]
+    return "\n\n".join([_table(head + ["bf16 µs", "fp8 µs", "fp8/bf16", "% of copy, bf16 / fp8", "checks"], main),
+                         ("With a calibrated layer's scales (fp8c), and" if c else "And")
+                         + " the eager ratio, launch overhead included:",
+                         _table(head + (["fp8c µs", "fp8c/bf16", "fp8c % of copy"] if c else []) + ["eager fp8/bf16"],
+                                more)])
 
 def _spread(rows: list, tags=("bf16", "fp8", "fp8c")):
     "(largest max/min − 1 of one case's per-round medians, its case) or None when the file keeps medians only."
@@ -1001,15 +1122,19 @@ def render_write_path_parts(res: dict, write: dict | None = None) -> str:
 def render_layer(res: dict) -> str:
     "The layer against its parts, fp8 against bf16, and the reading against the layer targets."
     by = {(r["geometry"], r["case"], r["dtype"]): r for r in res["rows"]}
-    rows = []
+    rows = {}                                             # geometry -> its rows: one narrow table per geometry
     for (g, c, dt), r in by.items():
         if dt != "fp8" or (g, c, "bfloat16") not in by: continue
         b = by[(g, c, "bfloat16")]
-        rows.append([g, c, f"{r['replay_only_us']:,.1f}", f"{b['replay_only_us']:,.1f}", f"**{r['fp8_over_bf16']:.3f}**", f"{r['parts_sum_us']:,.1f}",
-                     f"{100 * r['overhead']:+.1f} % / {100 * b['overhead']:+.1f} %", f"{100 * r['attention_us'] / r['parts_sum_us']:.0f} %",
-                     "yes" if r["layer_equals_parts"] and b["layer_equals_parts"] else "**no**"])
-    t = _table(["geometry", "case", "fp8 layer µs", "bf16 layer µs", "fp8 / bf16", "fp8 parts µs", "layer over parts (fp8 / bf16)",
-                "attention's share (fp8)", "output = parts"], rows)
+        same = r["layer_equals_parts"] and b["layer_equals_parts"]
+        rows.setdefault(g, []).append([c, f"{r['replay_only_us']:,.1f}", f"{b['replay_only_us']:,.1f}",
+                                       f"**{r['fp8_over_bf16']:.3f}**", f"{r['parts_sum_us']:,.1f}",
+                                       f"{100 * r['overhead']:+.1f} % / {100 * b['overhead']:+.1f} %",
+                                       f"{100 * r['attention_us'] / r['parts_sum_us']:.0f} %",
+                                       "yes" if same else "**no**"])
+    head = ["case", "fp8 µs", "bf16 µs", "fp8 / bf16", "fp8 parts µs", "over parts, fp8 / bf16", "attention share",
+            "= parts"]
+    t = "\n\n".join(f"**{g}**\n\n" + _table(head, rs) for g, rs in rows.items())
     if res.get("smoke"): return "\n\n".join([provenance(res), t])
     dec = [r["fp8_over_bf16"] for r in res["rows"] if r["dtype"] == "fp8" and r["case"].startswith("decode")]
     pre = [r["fp8_over_bf16"] for r in res["rows"] if r["dtype"] == "fp8" and r["case"].startswith("prefill")]
@@ -1018,6 +1143,7 @@ def render_layer(res: dict) -> str:
          f"Prefill: {', '.join(f'{x:.3f}' for x in pre)}.",
          f"- **The layer over its parts**: at most {100 * worst:+.1f} % (target ≤ {100 * T['overhead']:.0f} %): {_verdict(worst <= T['overhead'])}. A negative "
          "value means the one graph of the whole layer ran faster than its parts' graphs added up (one launch instead of three).",
+         "- **The attention share** is the attention kernel's part of the fp8 parts' time.",
          "- **The layer computes exactly its parts** (bit-identical output) in " + ("every case." if all(r["layer_equals_parts"] for r in res["rows"])
                                                                                    else "**not every case**.")]
     copy = res.get("copy_bytes_per_s", 0) / 1e12
@@ -1063,34 +1189,50 @@ def render_peers(res: dict) -> str:
         rs = [r for r in res["rows"] if r["case"] == case]
         f8 = next((r for r in rs if r["peer"] == "ours" and r["dtype"] == "fp8" and "us" in r), None)
         dec = rs[0]["Sq"] == 1
-        rows = []
+        rows, rounds = [], []
         for r in rs:
             if "us" not in r: rows.append([r["peer"], r["dtype"], r.get("skipped") or f"error: {r.get('error')}", "", "", "", ""]); continue
             floor = fl["copy_tbps"] if dec else fl.get("fp8_tflops" if r["dtype"] == "fp8" else "bf16_tflops")
             rate = r["tbps"] if dec else r["tflops"]
-            times = " / ".join(f"{min(v):,.1f}" for k, v in r.items() if k.startswith("us_"))
-            rounds = r.get("us_replay") or r.get("us_eager") or []
-            spread = f" (rounds: {', '.join(format(x, ',.1f') for x in rounds)})" if len(rounds) > 1 else ""
-            rows.append([r["peer"], r["dtype"], times + spread, f"{rate:.2f} TB/s" if dec else f"{rate:.0f} TFLOP/s", _pct(None if not floor else rate / floor, 0),
-                         f"{r['us'] / f8['us']:.2f}×" if f8 else "—", ", ".join(k[3:] for k in r if k.startswith("us_"))])
+            modes = [k for k in r if k.startswith("us_")]
+            rows.append([r["peer"], r["dtype"], " / ".join(f"{min(r[k]):,.1f}" for k in modes),
+                         " / ".join(k[3:] for k in modes), f"{rate:.2f} TB/s" if dec else f"{rate:.0f} TFLOP/s",
+                         _pct(None if not floor else rate / floor, 0), f"{r['us'] / f8['us']:.2f}×" if f8 else "—"])
+            per_round = r.get("us_replay") or r.get("us_eager") or []     # the per-round times go below the table
+            if len(per_round) > 1:
+                rounds.append(f"{r['peer']} {r['dtype']} " + ", ".join(format(x, ",.1f") for x in per_round))
         out += [f"**{case}** (Hq {res['Hq']}, Hkv {res['Hkv']}, E {res['E']:,})",
-                _table(["peer", "dtype", "µs", "rate", "% of floor", "time / ours fp8", "timed as"], rows)]
+                _table(["peer", "dtype", "µs", "timed as", "rate", "% of floor", "time / ours fp8"], rows)]
+        if rounds: out.append("Per-round medians (µs) of the first timing: " + "; ".join(rounds) + ".")
     return "\n\n".join(out)
 
 def plot_peers(res: dict):
-    "Time per peer and case (log scale), ours in colour."
+    "Time per peer, one panel per case (log scale, each bar labelled with its time), ours in colour."
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     rows = [r for r in res["rows"] if "us" in r] if res.get("suite") == "peers" else \
            [dict(case=f"{'decode' if r['SQ'] == 1 else 'prefill'} B={r['B']} Sq={r['SQ']} KV={r['KV']:,}", peer=r["name"], dtype="bf16", us=r["us"])
             for r in res["rows"] if r["kind"] == "peer"]
     cases = list(dict.fromkeys(r["case"] for r in rows))
-    fig, axs = plt.subplots(1, len(cases), figsize=(4.2 * len(cases), 3.2), squeeze=False)
-    for ax, case in zip(axs[0], cases):
+    n = [sum(r["case"] == c for r in rows) for c in cases]
+    fig, axs = plt.subplots(len(cases), 1, figsize=(8, sum(0.3 * k + 0.8 for k in n)), squeeze=False,   # stacked panels
+                            gridspec_kw=dict(height_ratios=n))
+    for ax, case in zip(axs[:, 0], cases):
         rs = sorted((r for r in rows if r["case"] == case), key=lambda r: r["us"])
-        ax.barh([f"{r['peer']} {r['dtype']}" for r in rs], [r["us"] for r in rs], color=["C1" if r["peer"] == "ours" else "0.6" for r in rs])
-        ax.set(xscale="log", title=case, xlabel="µs (log)"); ax.invert_yaxis(); ax.tick_params(axis="y", labelsize=8)
+        us = [r["us"] for r in rs]
+        ax.barh([f"{r['peer']} {r['dtype']}" for r in rs], us,
+                color=["C1" if r["peer"] == "ours" else "0.6" for r in rs])
+        for y, x in enumerate(us):
+            ax.text(x * 1.05, y, f"{x:,.1f}" if x < 100 else f"{x:,.0f}", va="center", fontsize=8)
+        ax.set_xscale("log"); ax.set_xlim(min(us) / 2, max(us) * 2.5)     # room for the label right of the longest bar
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))   # 100, 200, 500, 1,000: plain, apart
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}" if x >= 1 else f"{x:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(case, fontsize=10, loc="left"); ax.invert_yaxis(); ax.tick_params(labelsize=8)
+    axs[-1, 0].set_xlabel("µs per call (log scale)")
     fig.tight_layout()
     return fig
+
 
 # %% ../nbs/15_bench.ipynb #7b694999
 ATTENTION_TARGETS = dict(decode_copy_frac=0.80, decode_over_bf16=0.55, decode_vs_fa4=7.0, prefill_vs_fa4=2.0, prefill_vs_bf16=1.2)
@@ -1205,13 +1347,14 @@ def render_notes(notes: dict) -> str:
 
 def render_engine(r: dict) -> str:
     "The engine suite (`bench/engine.py`): throughput fp8 vs bf16 and admission beside `plan_pool` (the 12 page reads it)."
-    e, t, ad = r["env"], r["throughput"], r["admission"]
-    rows = [[dt, f"{t[dt]['output_tok_s']:.0f}", f"{t[dt]['prefill_tok_s']:,.0f}", f"{t[dt]['decode_step_ms_median']:.1f}",
-             str(ad[dt]["engine_admitted"]), f"{ad[dt]['plan_pool_max_concurrency']:.2f}"] for dt in t]
-    w = r["workload"]
-    return "\n\n".join([f"{e['gpu']}, torch {e['torch']}, Triton {e['triton']}, {e['date']}; command `{e['command']}`. "
-                         f"{w['requests']} requests × {w['prompt_tokens']:,} prompt tokens, {w['new_tokens']} new (see [model](12_model.html)).",
-                         _table(["KV", "output tok/s", "prefill tok/s", "decode step ms", f"admitted at {ad['bfloat16']['cache_bytes'] >> 20} MiB", "plan_pool"], rows)])
+    t, ad, w = r["throughput"], r["admission"], r["workload"]
+    rows = [[dt, f"{t[dt]['output_tok_s']:,.0f}", f"{t[dt]['prefill_tok_s']:,.0f}",
+             _num(t[dt]["decode_step_ms_median"]), str(ad[dt]["engine_admitted"]),
+             f"{ad[dt]['plan_pool_max_concurrency']:.2f}"] for dt in t]
+    budget = f"admitted at {ad['bfloat16']['cache_bytes'] >> 20} MiB"
+    return "\n\n".join([provenance(r) + f" {w['requests']} requests × {w['prompt_tokens']:,} prompt tokens, "
+                         f"{w['new_tokens']} new (see [model](12_model.html)).",
+                         _table(["KV", "output tok/s", "prefill tok/s", "decode step ms", budget, "plan_pool"], rows)])
 
 def render_evaluate(r: dict) -> str:
     "The paired evaluation (`tools/evaluate_tiny.py`): accuracy by depth and band verdicts per arm (the 13 page reads it in full)."

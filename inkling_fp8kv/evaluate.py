@@ -9,7 +9,7 @@ __all__ = ['ARMS', 'BAND_NLL_FRACTION', 'CONTROL_NONCE', 'BUCKETS', 'VLLM_K_RANG
            'arm_model', 'store_site_bands', 'worst_global_v', 'passkey_accuracy', 'text_eval', 'global_v_values',
            'predict_plant', 'design_doses', 'dose_response', 'dose_findings', 'quick_texts', 'quick_eval']
 
-# %% ../nbs/13_evaluate.ipynb #46aa0e47
+# %% ../nbs/13_evaluate.ipynb #e685dfc6
 import math, tempfile, time
 from pathlib import Path
 import numpy as np
@@ -19,7 +19,7 @@ from .model import (BOS, Engine, InklingLM, calibration_text, encode, heldout_do
 from .calibrate import observe_kv_ranges, scale_from_amax
 from .numerics import band_stats
 
-# %% ../nbs/13_evaluate.ipynb #503bdc0e
+# %% ../nbs/13_evaluate.ipynb #a553b8a4
 ARMS = ("bf16", "bf16_control", "fp8_unity", "fp8_calibrated", "fp8_vllm_rule")
 BAND_NLL_FRACTION = 0.01            # fixed before any run: the upstream change's pre-registered 1 %-perplexity margin
 CONTROL_NONCE = "\n\n"              # bf16_control: these bytes after BOS, and other chunk boundaries
@@ -44,7 +44,7 @@ def position_metrics(ref: dict, arm: dict) -> dict:
     return dict(kld=kl_rows(ref["logp"], arm["logp"]), dnll=lr - la, agree=(ref["top1"] == arm["top1"]).astype(np.float64),
                 dp=np.exp(la) - np.exp(lr), pos=ref["pos"])
 
-# %% ../nbs/13_evaluate.ipynb #fbe7b080
+# %% ../nbs/13_evaluate.ipynb #c5b29c8e
 _QGRID = np.concatenate([[0.0], np.logspace(-12, 2, 2801)])          # KL histogram edges: 0, then 200 bins per decade
 
 def _boot_weights(n_docs: int, n_boot: int, seed: int) -> np.ndarray:
@@ -99,7 +99,7 @@ def inside_band(s: dict, band: dict) -> dict:
     k, d = s["kld"]["mean"]["value"] <= band["kld"], abs(s["dnll"]["value"]) <= band["dnll"]
     return dict(kld=bool(k), dnll=bool(d), both=bool(k and d))
 
-# %% ../nbs/13_evaluate.ipynb #65835535
+# %% ../nbs/13_evaluate.ipynb #c1fe1242
 def _segments(texts, max_len: int) -> list:
     "Each text as byte segments of at most `max_len - 1` bytes (each is scored after a BOS of its own)."
     out = []
@@ -123,7 +123,7 @@ def score_documents(model, segs: list, *, chunk: int, prefix: list = (), max_num
         o["top1"].append(r["top1"][k:k + len(s)]); o["pos"].append(np.arange(len(s)))
     return [{k: np.concatenate(v) if v else np.zeros(0) for k, v in o.items()} for o in out]
 
-# %% ../nbs/13_evaluate.ipynb #3934d799
+# %% ../nbs/13_evaluate.ipynb #8e943b96
 def _set_scales(model, scales: dict):
     for i, a in model.attn_layers.items():
         for k in ("k_scale", "v_scale"): getattr(a, k).fill_(scales[i][k])
@@ -154,7 +154,7 @@ def arm_model(checkpoint, arm: str, scales: dict | None, *, kernels: str, device
     m = InklingLM.from_pretrained(checkpoint, kv_cache_dtype="fp8_e4m3", kernels=kernels, device=device, warn=False)
     return _set_scales(m, scales[arm])
 
-# %% ../nbs/13_evaluate.ipynb #836019b4
+# %% ../nbs/13_evaluate.ipynb #26506be7
 def store_site_bands(ranges, scales: dict) -> list:
     "Per layer and stream (K, V): clip and flush-to-zero rates of the observed store-site values at unity and at each arm's scales."
     rows = []
@@ -180,7 +180,7 @@ def passkey_accuracy(model, prompts: dict, *, chunk: int, max_num_seqs: int = 64
         out[d] = passkey_correct(eng.generate(P["prompts"], 6), P["keys"])
     return out
 
-# %% ../nbs/13_evaluate.ipynb #fe8b72e6
+# %% ../nbs/13_evaluate.ipynb #faf38428
 def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = False, calibration=None, max_len: int | None = None,
               passkey_depths=(), passkey_n: int = 50, passkey_seed: int = 7000, passkey_documents=None, n_boot: int | None = None,
               seed: int = 0, kernels: str = "auto", reuse: dict | None = None, progress: bool = False) -> dict:
@@ -247,7 +247,7 @@ def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = 
     out["seconds"] = round(time.time() - t0, 1)
     return out
 
-# %% ../nbs/13_evaluate.ipynb #1c94316c
+# %% ../nbs/13_evaluate.ipynb #78067a5e
 DOSE_PLAN = (("few", 1e-5), ("few", 1e-4), ("upstream", 9.1e-4), ("many", 1e-3), ("many", 1e-2), ("many", 1e-1), ("many", 0.5))
 FAMILIES = dict(few=(1, 2, 3, 4, 6, 8), many=(16, 32, 48, 64, 96, 128), upstream=(1, 2, 3, 4, 6, 8))
 UPSTREAM_VMAX_RATIO = 1272 / 448               # upstream's worst global layer: max |V| 1,272 against e4m3's 448 (clip 9.1e-4)
@@ -285,7 +285,7 @@ def design_doses(checkpoint, calibration: list, *, plan=DOSE_PLAN, kernels: str 
             out.append(best[1])
     return sorted(out, key=lambda d: d["predicted_clip"])
 
-# %% ../nbs/13_evaluate.ipynb #769e8c75
+# %% ../nbs/13_evaluate.ipynb #cd3dbf9a
 def _dose_row(r: dict, dose: dict) -> dict:
     "One dose's row: the worst global layer's V at unity, and per arm the headline statistics."
     s = r["store_sites"]
@@ -331,7 +331,7 @@ def dose_response(checkpoint, texts: list, *, doses=None, workdir=None, device=N
     return dict(rows=rows, band=clean["band"], clean=clean, bf16_identical_at_strongest=bf16_identical,
                 texts=len(texts), bytes=clean["bytes"], kernels=kern, seconds=round(time.time() - t0, 1))
 
-# %% ../nbs/13_evaluate.ipynb #f14efa78
+# %% ../nbs/13_evaluate.ipynb #64ad3092
 def dose_findings(dr: dict) -> list:
     "Sentences generated from a dose-response: where unity fp8 leaves the band, whether calibration stays in, our rule vs vLLM's."
     rows = dr["rows"]
@@ -355,7 +355,7 @@ def dose_findings(dr: dict) -> list:
                    f"(its V scale is amax/100 against our max(1, 1.3·amax/448): coarser steps and more flush-to-zero).")
     return out
 
-# %% ../nbs/13_evaluate.ipynb #f8d58c49
+# %% ../nbs/13_evaluate.ipynb #1a73b5a8
 def quick_texts(n: int = 3, size: int = 1500) -> list:
     "`n` passages of `size` bytes of held-out prose (from the middle of the first `n` books): the quick form's texts."
     return [t[len(t) // 2:len(t) // 2 + size] for _, t in heldout_documents()[:n]]

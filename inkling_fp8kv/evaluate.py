@@ -331,18 +331,18 @@ def dose_response(checkpoint, texts: list, *, doses=None, workdir=None, device=N
     return dict(rows=rows, band=clean["band"], clean=clean, bf16_identical_at_strongest=bf16_identical,
                 texts=len(texts), bytes=clean["bytes"], kernels=kern, seconds=round(time.time() - t0, 1))
 
-# %% ../nbs/13_evaluate.ipynb #64ad3092
+# %% ../nbs/13_evaluate.ipynb #3243329e
 def dose_findings(dr: dict) -> list:
     "Sentences generated from a dose-response: where unity fp8 leaves the band, whether calibration stays in, our rule vs vLLM's."
     rows = dr["rows"]
     band = dr["band"]
     out = []
-    for stat, key in (("mean KL", "inside_band_kld"), ("mean ΔNLL", "inside_band_dnll")):
+    for stat, key, val, lim in (("mean KL", "inside_band_kld", "kld_mean", "kld"), ("mean ΔNLL", "inside_band_dnll", "dnll", "dnll")):
         first = next((r for r in rows if not r["arms"]["fp8_unity"][key]), None)
         out.append(f"Unity-scale fp8 stays inside the band on {stat} at every dose (up to V clip {rows[-1]['v_clip_unity']:.1e})." if first is None else
                    f"Unity-scale fp8 first leaves the band on {stat} at a worst-global-layer V clip of {first['v_clip_unity']:.1e} "
-                   f"({first['channels']} channel(s) × {first['factor']:g}; mean KL {first['arms']['fp8_unity']['kld_mean']:.2e} nats "
-                   f"against a band of {band['kld']:.2e}).")
+                   f"({first['channels']} channel(s) × {first['factor']:g}: {stat} {first['arms']['fp8_unity'][val]:.2e} nats "
+                   f"against a band of {band[lim]:.2e}).")
     for arm, name in (("fp8_calibrated", "Calibrated fp8 (our rule)"), ("fp8_vllm_rule", "fp8 with vLLM's rule")):
         if arm not in rows[0]["arms"]: continue
         out_ = [r for r in rows if not r["arms"][arm]["inside_band"]]

@@ -197,7 +197,7 @@ def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = 
     max_len = max_len or (2048 if quick else 4096)
     chunk = 2048 if dev.type == "cpu" else 8192
     n_boot = n_boot or (200 if quick else 1000)
-    cal_text = calibration if calibration is not None else [calibration_text()[:8192 if quick else None]]
+    cal_text = calibration if calibration is not None else [calibration_text()[:4096 if quick else None]]
     cal = [[BOS, *s] for ss in _segments(cal_text, max_len) for s in ss]
     scales, ranges = arm_scales(checkpoint, cal, first_batch_tokens=chunk, kernels=kern, device=dev)
     segs = _segments(texts, max_len)
@@ -368,7 +368,7 @@ def quick_eval(*, device=None, workdir=None, progress: bool = False) -> dict:
     wd = Path(workdir or tempfile.mkdtemp())
     texts = quick_texts()
     clean = text_eval(tiny_checkpoint(), texts, quick=True, device=dev, kernels=kern)
-    cal = [[BOS, *s] for ss in _segments([calibration_text()[:8192]], 2048) for s in ss]
+    cal = [[BOS, *s] for ss in _segments([calibration_text()[:4096]], 2048) for s in ss]
     dose = design_doses(tiny_checkpoint(), cal, plan=(("upstream", 9.1e-4),), kernels=kern, device=dev)[0]
     plant_v_outliers(tiny_checkpoint(), wd / "upstream", channels=dose["channels"], factor=dose["factor"])
     plant = text_eval(wd / "upstream", texts, quick=True, device=dev, kernels=kern)

@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 from .config import inkling_small, tiny
 from .gate import resolve_kv_cache_dtype, capability_table
-from .capacity import SEED_SETTINGS, capacity_report, plan_pool, sensitivity_table, table_markdown, plot_fp8_gain
+from .capacity import PUBLISHED_SETTINGS, capacity_report, plan_pool, sensitivity_table, table_markdown, plot_fp8_gain
 
 # %% ../nbs/16_cli.ipynb #ad410be0
 MAX_KV_GIB = 16 * 1024     # KV memory per rank: 16 TiB is more than one host holds; a larger budget is a typo or a unit slip
@@ -179,7 +179,7 @@ def capacity_section(ctx: ReportContext) -> Section:
     md += [f"| {dt} | {p.bytes_per_block:,} | {p.num_blocks:,} | {p.blocks_per_request_total:,} | {p.pool_tokens:,} | {p.max_concurrency:.2f}x |" for dt, p in plans.items()]
     md += ["", f"**fp8 pool gain {100 * gain:+.1f} %** (the bf16 conv-state reserve is {100 * f.conv_reserve_share:.0f} % of an fp8 request's blocks)."]
     plan_kw = {k: v for k, v in kw.items() if k not in ("tp", "max_model_len", "max_num_batched_tokens")}
-    fits = [s for s in sorted({*SEED_SETTINGS, (a.max_model_len, a.max_num_batched_tokens)}) if _fits(cfg, avail, kw, s)]
+    fits = [s for s in sorted({*PUBLISHED_SETTINGS, (a.max_model_len, a.max_num_batched_tokens)}) if _fits(cfg, avail, kw, s)]
     rows = sensitivity_table(cfg, tp=a.tp, available_bytes=avail, settings=fits, **plan_kw)
     md += ["", f"Sensitivity at the same budget ({len(rows)} settings that fit):", "", table_markdown(rows)]
     plots = {}

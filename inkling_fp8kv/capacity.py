@@ -370,9 +370,9 @@ def explain_gain(b: PoolPlan, f: PoolPlan) -> str:
     reserve = (f"Per request vLLM sets aside blocks in every group (the reserve): {convs} (the conv state stays bf16, and its reserve "
                f"grows with the {f.max_in_flight_tokens:,} tokens in flight), and {attn['bfloat16']:,} attention blocks in bf16 "
                f"against {attn[f.kv_cache_dtype]:,} in fp8.")
-    share = (f"The conv share, the conv-state blocks' part of an fp8 request's reserve, is {f.conv_reserve_share:.0%}; fp8 shrinks only "
-             f"the rest, so the pool holds {gain:+.1%} tokens ({b.pool_tokens:,} → {f.pool_tokens:,})"
-             + (", about 1 − conv share." if b.bytes_per_block == f.bytes_per_block else "."))
+    share = f"The conv share, the conv-state blocks' part of an fp8 request's reserve, is {f.conv_reserve_share:.0%}"
+    share += (f"; fp8 shrinks only the rest, so the pool holds {gain:+.1%} tokens ({b.pool_tokens:,} → {f.pool_tokens:,}), about 1 − conv share."
+              if b.bytes_per_block == f.bytes_per_block else f"; in all, the pool holds {gain:+.1%} tokens ({b.pool_tokens:,} → {f.pool_tokens:,}).")
     return " ".join([page, reserve, share])
 
 def capacity_report(cfg: InklingConfig, *, tp: int, max_model_len: int, max_num_batched_tokens: int, available_bytes,

@@ -12,7 +12,7 @@ __all__ = ['MAX_KV_GIB', 'MAX_TOKENS', 'VLLM_BLOCK_MULTIPLE', 'CONFIGS', 'DEFAUL
            'run_calibrate', 'main']
 
 # %% ../nbs/16_cli.ipynb #b69fd29c
-import argparse, io, json, math, os, platform, subprocess, sys, textwrap, time
+import argparse, gc, io, json, math, os, platform, subprocess, sys, textwrap, time
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch
@@ -704,9 +704,10 @@ def main(argv=None) -> int:
             except ValueError as e: cp.error(str(e))
             return 0
         return run_report(a, rp)
-    except KeyboardInterrupt:          # each command cleans up on its way out; say so once, without a traceback
-        print(f"\ninkling-fp8kv {a.cmd}: interrupted; {INTERRUPTED[a.cmd]}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt: pass     # each command cleans up on its way out; say so once, without a traceback
+    gc.collect()                       # the interrupted work's progress bars close (and redraw) now, not after the last line
+    print(f"\ninkling-fp8kv {a.cmd}: interrupted; {INTERRUPTED[a.cmd]}", file=sys.stderr)
+    return 130
 
 if __name__ == "__main__" and "__file__" in globals(): sys.exit(main())   # python -m inkling_fp8kv.cli (not when a notebook runs this cell)
 

@@ -358,8 +358,9 @@ def plot_attention_errors(rows: list):
         vals = [next((r["rel_fro"] for r in rows if r["case"] == n and r["dtype"] == dt), float("nan")) for n in names]
         ax.barh([i + 0.38 * j for i in range(len(names))], vals, height=0.36, label=f"{dt} kernel", color=("C0", "C1")[j])
         ax.axvline(ATTN_TOL[dt]["rel_fro"], color=("C0", "C1")[j], ls="--", lw=1, label=f"{dt} tolerance")
-    ax.set(yticks=[i + 0.19 for i in range(len(names))], yticklabels=names, xscale="log", xlabel="relative Frobenius error vs the fp32 reference",
-           title="Attention kernels against the fp32 reference (bars below their dashed tolerance pass)")
+    ax.set(yticks=[i + 0.19 for i in range(len(names))], yticklabels=[textwrap.fill(n, 26) for n in names], xscale="log",
+           xlabel="relative Frobenius error vs the fp32 reference (a bar left of its dashed tolerance passes)",
+           title="Attention kernels against the fp32 reference")
     ax.invert_yaxis(); ax.legend(fontsize=8, loc="lower right")
     return fig
 
@@ -370,8 +371,11 @@ def worst_attention(rows: list) -> dict:
 
 def _worst_text(w: dict, bold: bool = False) -> str:
     b = "**" if bold else ""
-    return " · ".join(f"{dt} max abs {b}{x['max_abs']['max_abs']:.3f}{b} ({x['max_abs']['case']}), rel Frobenius {b}{x['rel_fro']['rel_fro']:.1e}{b} "
-                      f"({x['rel_fro']['case']})" for dt, x in w.items())
+    def one(dt, x):
+        a, f = x["max_abs"], x["rel_fro"]
+        nums = f"{dt} max abs {b}{a['max_abs']:.3f}{b}" + ("" if a is f else f" ({a['case']})") + f", rel Frobenius {b}{f['rel_fro']:.1e}{b}"
+        return nums + (f" (both: {a['case']})" if a is f else f" ({f['case']})")
+    return " · ".join(one(dt, x) for dt, x in w.items())
 
 def kernel_section(ctx: ReportContext) -> Section:
     "Store bytes vs `quantize_e4m3` and attention error vs the reference, from the child process."

@@ -212,8 +212,11 @@ def capacity_section(ctx: ReportContext) -> Section:
                f"pool tokens bf16 {b.pool_tokens:,} -> fp8 {f.pool_tokens:,} ({100 * gain:+.1f} %), concurrency {b.max_concurrency:.2f}x -> {f.max_concurrency:.2f}x"]
     finding = (f"On these serving settings ({a.model} at TP{tp}, max_model_len {mml:,}, {mnbt:,} batched tokens, {gib_text(avail)} "
                f"of KV memory per rank) fp8 holds {abs(gain):.1%} {'more' if gain >= 0 else 'fewer'} tokens than bf16 "
-               f"({f.pool_tokens:,} against bf16's {b.pool_tokens:,}), because the bf16 conv-state reserve, which fp8 cannot shrink, "
-               f"is {f.conv_reserve_share:.0%} of an fp8 request's blocks.")
+               f"({f.pool_tokens:,} against bf16's {b.pool_tokens:,})"
+               + (f", because the bf16 conv-state reserve, which fp8 cannot shrink, is {f.conv_reserve_share:.0%} of an fp8 request's blocks."
+                  if b.bytes_per_block == f.bytes_per_block else
+                  f": an fp8 block id costs {f.bytes_per_block:,} B against bf16's {b.bytes_per_block:,} B, and the bf16 conv-state reserve is "
+                  f"{f.conv_reserve_share:.0%} of an fp8 request's blocks."))
     return Section("capacity", "Capacity: vLLM's KV pool, bf16 vs fp8", summary, "\n".join(md), None, plots,
                    dict(setting=dict(model=a.model, available_bytes=avail, **kw), gain=gain,
                         pools={dt: dict(num_blocks=p.num_blocks, bytes_per_block=p.bytes_per_block, blocks_per_request=p.blocks_per_request,

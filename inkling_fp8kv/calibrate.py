@@ -476,25 +476,45 @@ def markdown_table(rows: list, fmt=None) -> str:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(f(r[h]) for h in head) + " |" for r in rows])
 
 # %% ../nbs/10_calibrate.ipynb #a5331682
-def calibration_batches(task: str = "retrieval", *, data=None, num_samples: int = 16, seed: int = 5000) -> list:
-    "Calibration token lists: the retrieval task (depths 256..2048, seed 5000 by default) or a JSONL file with one token-id list per line."
-    if data is not None:
-        p = Path(data)
-        try: lines = [l for l in p.read_text().splitlines() if l.strip()]
-        except OSError as e: raise CheckpointError(f"cannot read calibration data {p}: {e.strerror or e}") from None
-        out = []
-        for n, l in enumerate(lines[:num_samples], 1):
-            try: t = json.loads(l)
-            except json.JSONDecodeError as e: raise CheckpointError(f"{p}:{n}: not JSON ({e.msg})") from None
-            if not (isinstance(t, list) and t and all(isinstance(x, int) and not isinstance(x, bool) for x in t)):
-                raise CheckpointError(f"{p}:{n}: expected a non-empty list of token ids")
-            out.append(t)
-        if not out: raise CheckpointError(f"{p}: no token lists")
-        return out
-    if task != "retrieval": raise CheckpointError(f"unknown task {task!r}: expected 'retrieval' or --data FILE.jsonl")
-    from inkling_fp8kv.model import retrieval_prompts
-    depths = (256, 512, 1024, 2048)
-    return [p.tolist() for k in range(num_samples) for p in retrieval_prompts(seed + k, 1, depths[k % len(depths)])["prompts"]]
+def _text_batches(texts: list, num_samples: int, max_len: int) -> list:
+    "Texts as byte sequences (BOS + at most `max_len - 1` bytes each), consecutive segments, at most `num_samples`."
+    from inkling_fp8kv.model import BOS, encode
+    out = []
+    for t in texts:
+        b = encode(t)
+        out += [[BOS, *b[s:s + max_len - 1]] for s in range(0, len(b), max_len - 1)]
+    return out[:num_samples]
+
+def _read_calibration_file(p: Path) -> list:
+    "A `.txt` file (one text), or JSONL: each line a token-id list or an object with a `text` field (not mixed)."
+    try: raw = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e: raise CheckpointError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e: raise CheckpointError(f"cannot read calibration data {p}: {e.strerror or e}") from None
+    if p.suffix.lower() != ".jsonl": return [raw] if raw.strip() else []
+    items = []
+    for n, l in enumerate(raw.splitlines(), 1):
+        if not l.strip(): continue
+        try: t = json.loads(l)
+        except json.JSONDecodeError as e: raise CheckpointError(f"{p}:{n}: not JSON ({e.msg})") from None
+        if isinstance(t, dict) and isinstance(t.get("text"), str) and t["text"]: items.append(t["text"])
+        elif isinstance(t, list) and t and all(isinstance(x, int) and not isinstance(x, bool) for x in t): items.append(t)
+        else: raise CheckpointError(f"{p}:{n}: expected a non-empty token-id list or an object with a non-empty \"text\" field")
+    if len({type(x) for x in items}) > 1: raise CheckpointError(f"{p}: mixes token-id lists and text lines; use one kind per file")
+    return items
+
+def calibration_batches(*, data=None, num_samples: int = 16, max_len: int = 2048) -> list:
+    """Calibration sequences (token-id lists): text from `data` (`.txt`, or `.jsonl` with a `"text"` field per line) or
+    token-id lists (`.jsonl`, one list per line), else the text shipped for calibration (`model.calibration_text()`, from
+    training books, none of it held out); texts are encoded as bytes in segments of at most `max_len` ids."""
+    if not isinstance(num_samples, int) or num_samples < 1: raise CheckpointError(f"num_samples must be a positive int, got {num_samples!r}")
+    if data is None:
+        from inkling_fp8kv.model import calibration_text
+        return _text_batches([calibration_text()], num_samples, max_len)
+    p = Path(data)
+    items = _read_calibration_file(p)
+    if not items: raise CheckpointError(f"{p}: no calibration text or token lists")
+    if isinstance(items[0], list): return items[:num_samples]
+    return _text_batches(items, num_samples, max_len)
 
 def check_out_folder(out, *, empty: bool = False, staged: bool = False, what: str = "output folder") -> Path:
     """`out` resolved, checked before any work: not a file, empty if `empty`, and writable where it will be made (its
@@ -560,4 +580,3 @@ def calibrate_checkpoint(src, out=None, *, batches=None, safety: float = 1.3, dr
     if target is None: result["written"], result["target"] = write_kv_scales(src, scales, declare_kv_scheme=declare_kv_scheme), src
     else: result["written"], result["target"] = _write_copy(src, target, scales, declare_kv_scheme), target
     return result
-

@@ -482,31 +482,30 @@ def rescale_section(ctx: ReportContext) -> Section:
 
 # %% ../nbs/16_cli.ipynb #70471ce3
 def model_section(ctx: ReportContext) -> Section:
-    "The tiny-model paired evaluation (quick), with the committed full run's scorecard when the checkout has it."
-    from inkling_fp8kv.evaluate import quick_eval
-    gpu = ctx.device["device"] == "cuda"
-    n, depth = (48, 1024) if gpu else (12, 300)
-    r = quick_eval(n=n, depth=depth, device=ctx.device["device"], progress=True)
-    acc = {a: v["accuracy"][str(depth)] for a, v in r["arm"].items()}
-    ok = acc["bf16"] >= 0.9 and acc["fp8_calibrated"] >= acc["fp8_unity"]
-    clip = {c["layer"]: c["clip_unity"] for c in r["clip"] if c["stream"] == "v" and c["clip_unity"] > 0}
-    md = [f"Planted tiny Inkling (V channels of the global layer × {2 ** 10}), n = {n} prompts at depth {depth}, "
-          f"{r['kernels']} kernels, {r['seconds']:.0f} s. Descriptive at this n.", "",
-          "| arm | retrieval accuracy | top-1 agreement with bf16 | max perplexity change vs bf16 |", "|---|---:|---:|---:|"]
-    md += [f"| {a} | {acc[a]:.0%} | {v['top1_agreement']:.1%} | {max(abs(d['ppl_change']) for d in v['drift'].values()):.2%} |" for a, v in r["arm"].items()]
-    md += ["", "V clip at unity scale (store-site observer): " + (", ".join(f"layer {i}: {c:.1%}" for i, c in clip.items()) or "none"),
-           "Calibrated V scales above 1: " + (", ".join(f"layer {i}: {s['v_scale']:.1f}" for i, s in r["scales"].items() if s["v_scale"] > 1) or "none")]
+    "The KL instrument's quick form on the tiny model, clean and planted (`evaluate.quick_eval`), with the committed full run's findings."
+    from inkling_fp8kv.evaluate import dose_findings, quick_eval
+    r = quick_eval(device=ctx.device["device"], progress=True)
+    row0, row1 = r["rows"]
+    arms = [a for a in row0["arms"] if a != "bf16"]
+    md = [f"{r['clean']['bytes']:,} bytes of held-out text (three passages), {r['clean']['kernels']} kernels, {r['seconds']:.0f} s. "
+          f"Mean KL(bf16 ‖ arm) in nats per byte; band {r['clean']['band']['kld']:.1e} (fixed before the run: the larger of the "
+          f"control's 95 % bound and 1 % of the bf16 loss, {r['clean']['bf16_nll']:.3f} nats per byte); `*` = outside.", "",
+          "| model | V clip at unity (worst global layer) | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
+    for name, row in (("clean", row0), (f"planted ({row1['channels']} ch × {row1['factor']:g})", row1)):
+        md.append(f"| {name} | {row['v_clip_unity']:.1e} | " + " | ".join(
+            f"{row['arms'][a]['kld_mean']:.1e}{'' if row['arms'][a]['inside_band'] else ' *'}" for a in arms) + " |")
     root = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
     full = root / "bench" / "results" / "evaluate.json"
     if full.exists():
         ev = json.loads(full.read_text())
-        pl, cl = ev["models"]["planted"], ev["models"]["clean"]
-        md += ["", f"Committed full run ({ev['env']['gpu']}, {ev['env']['date']}, n = {pl['n']} per depth at {', '.join(map(str, pl['depths']))}): "
-               f"clean calibrated fp8 inside the control band: {'yes' if cl['arm']['fp8_calibrated']['inside_band'] else 'no'}; planted unity fp8 McNemar p = "
-               + ", ".join(f"{pl['arm']['fp8_unity']['paired'][str(d)]['p']:.1g}" for d in pl["depths"]) +
-               f"; planted calibrated fp8 inside the band: {'yes' if pl['arm']['fp8_calibrated']['inside_band'] else 'no'}."]
-    summary = [" · ".join(f"{a} {acc[a]:.0%}" for a in acc) + f" (n={n} at depth {depth}; descriptive)"]
-    return Section("model", "The tiny Inkling: paired bf16 vs fp8", summary, "\n".join(md), ok, data=dict(accuracy=acc, n=n, depth=depth, clip=clip))
+        md += ["", f"The committed full run ({ev['gpu']}, {ev['date']}: {ev['clean']['bytes']:,} bytes of twelve held-out books, "
+               f"{len(ev['dose_response']) - 1} doses of planted V outliers, every arm; see the evaluate page):", ""]
+        md += [f"- {s}" for s in dose_findings(dict(rows=ev["dose_response"], band=ev["dose_meta"]["band"]))]
+    ok = row0["arms"]["fp8_calibrated"]["inside_band"] and row1["arms"]["fp8_calibrated"]["inside_band"]
+    summary = [f"KL vs bf16: clean unity {row0['arms']['fp8_unity']['kld_mean']:.1e}, control {row0['arms']['bf16_control']['kld_mean']:.1e}; "
+               f"planted unity {row1['arms']['fp8_unity']['kld_mean']:.1e}, calibrated {row1['arms']['fp8_calibrated']['kld_mean']:.1e}"]
+    return Section("model", "The tiny Inkling: fp8's effect on every next-byte distribution", summary, "\n".join(md), ok,
+                   data=dict(rows=r["rows"], band=r["clean"]["band"], seconds=r["seconds"]), finding=r["sentence"])
 
 # %% ../nbs/16_cli.ipynb #0f13fd69
 # The report's sections, in order: each is `(ReportContext) -> Section`; a new one is one more function appended here.
@@ -651,9 +650,10 @@ def _add_calibrate_parser(sub):
     kp.add_argument("checkpoint", help="checkpoint folder (config.json + model.safetensors.index.json)")
     kp.add_argument("--out", default=None, help="write a calibrated copy into this new or empty folder (required for the shipped tiny model "
                                                 "or a read-only checkpoint; default: in place)")
-    kp.add_argument("--task", choices=("retrieval",), default="retrieval", help="calibration prompts from the synthetic task (default)")
-    kp.add_argument("--data", default=None, help="JSONL file, one token-id list per line (instead of --task)")
-    kp.add_argument("--num-samples", type=number_arg(int, 0, 100_000), default=16, help="calibration sequences (default 16)")
+    kp.add_argument("--data", default=None, help="calibration text: a .txt file, or .jsonl with a \"text\" field per line, or .jsonl "
+                                                 "of token-id lists (default: the text the package ships for calibration)")
+    kp.add_argument("--num-samples", type=number_arg(int, 0, 100_000), default=16,
+                    help="calibration sequences of at most 2,048 bytes each (default 16)")
     kp.add_argument("--safety", type=number_arg(float, 1.0, 100.0, lo_inclusive=True), default=1.3, help="headroom over amax (default 1.3)")
     kp.add_argument("--dry-run", action="store_true", help="observe and print the scales; write nothing")
     kp.add_argument("--declare-kv-scheme", action="store_true", help="record fp8 KV in config.json's quantization_config")
@@ -668,7 +668,7 @@ def run_calibrate(a, kp) -> int:
         dev = None if a.device == "auto" else a.device
         if dev == "cuda" and not torch.cuda.is_available(): raise ValueError("--device cuda: torch sees no CUDA GPU")
         check_calibration_paths(a.checkpoint, a.out, dry_run=a.dry_run)      # every file and folder, before any work
-        batches = calibration_batches(a.task, data=a.data, num_samples=a.num_samples)
+        batches = calibration_batches(data=a.data, num_samples=a.num_samples)
         t0 = time.time()
         r = calibrate_checkpoint(a.checkpoint, a.out, batches=batches, safety=a.safety, dry_run=a.dry_run,
                                  declare_kv_scheme=a.declare_kv_scheme, device=dev, progress=True)
@@ -680,7 +680,6 @@ def run_calibrate(a, kp) -> int:
     print(f"observed {r['ranges'].tokens:,} tokens in {time.time() - t0:.0f} s")
     print("dry run: nothing written" if a.dry_run else r["written"].summary())
     return 0
-
 
 # %% ../nbs/16_cli.ipynb #a9fb6ce5
 def _add_report_parser(sub):

@@ -594,7 +594,7 @@ def run_report(a, rp, sections=None) -> int:
         for j, line in enumerate(s.summary): print(f"{tag[s.ok] if j == 0 else '    '}  {s.name if j == 0 else '':<12} {line}")
     if NOT_YET: print(f"not yet: {NOT_YET}")
     print(f"wrote {', '.join(files)} to {out} in {time.time() - t0:.0f} s")
-    if opening(done): print("", textwrap.fill(opening(done), 110), "", sep="\n")
+    if opening(done): print("", textwrap.fill(opening(done), 110, break_on_hyphens=False, break_long_words=False), "", sep="\n")
     checked, failed = [s.name for s in done if s.ok is not None], [s.name for s in done if s.ok is False]
     print(f"checks: FAIL ({', '.join(failed)})" if failed else f"checks: PASS ({', '.join(checked)})" if checked else "checks: none ran")
     return 1 if failed else 0

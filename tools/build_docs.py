@@ -28,9 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / os.environ.get("VENV", ".venv-test")
 MATHJAX = "site_libs/mathjax/tex-svg-full.js"   # the combined build: every TeX extension, SVG glyphs, no font files
 SETUP = "python3 -m venv .venv-test && .venv-test/bin/pip install -c constraints.txt -e '.[test]'"
-# smalldocs' notices that say nothing about this site: nbdev writes quarto's `output-file` into every page's front matter
-# (this build names pages after their notebooks and points the API links there) and quarto-only keys of _quarto.yml.
-KNOWN_NOTICES = re.compile(r"output-file is not read by smalldocs|ignores? .*(format\.commonmark|keep-md|output-file)")
+# smalldocs' notices that say nothing about this site: nbdev writes quarto's `output-file` into every page's front
+# matter (this build names pages after their notebooks and points the API links there), and nbdev's quarto settings ask
+# for a commonmark copy and `keep-md`, which only quarto makes. Any other notice is printed.
+KNOWN_NOTICES = re.compile(r"\b(output-file|keep-md) is not read by smalldocs|format commonmark is not built|"
+                           r"ignores? .*\b(format\.commonmark|keep-md|output-file)\b")
 MATHJAX_CONFIG = ("window.MathJax={tex:{inlineMath:[['\\\\(','\\\\)']],displayMath:[['\\\\[','\\\\]']]},"
                   "svg:{fontCache:'global'},options:{enableMenu:false}};")
 
@@ -130,15 +132,56 @@ def install_mathjax(docs: Path) -> int:
         f.write_text(s.replace('</head>', tag + '</head>', 1)); n += 1
     return n
 
+_re_pre = re.compile(r'(<pre\b[^>]*>\s*<code\b[^>]*>)(.*?)(</code>\s*</pre>)', re.S)
+_re_tag = re.compile(r'(<[^>]+>)')
+
+def code_lines(inner: str) -> str:
+    """One `<span class="sd-line">` per line of a code block's HTML, so that a long line the stylesheet wraps continues
+    indented past its own indentation (`--i`: its leading spaces) instead of at column 0, where it would read as a new,
+    dedented line. Tags open across a line end are closed and reopened; the text (and so what the copy button copies)
+    is unchanged."""
+    lines, cur, open_ = [], [], []
+    for tok in _re_tag.split(inner):
+        if not tok: continue
+        if tok.startswith('<'):
+            cur.append(tok)
+            if tok.startswith('</'):
+                if open_: open_.pop()
+            elif not tok.endswith('/>'): open_.append(tok)
+            continue
+        for k, part in enumerate(tok.split('\n')):
+            if k:
+                cur += [f"</{re.match(r'<([A-Za-z0-9]+)', t).group(1)}>" for t in reversed(open_)]
+                lines.append(''.join(cur)); cur = list(open_)
+            cur.append(part)
+    lines.append(''.join(cur))
+    text = lambda l: html.unescape(_re_tag.sub('', l))
+    if len(lines) > 1 and not text(lines[-1]):   # the newline before </code> ends no line
+        last = lines.pop(); lines[-1] += last
+    def span(l):
+        n = len(text(l)) - len(text(l).lstrip(' '))
+        style = f' style="--i:{n}"' if n else ''
+        return f'<span class="sd-line"{style}>{l}</span>'
+    return '\n'.join(map(span, lines))   # the newlines stay text: copying a block gives back its exact source
+
+def mark_code_lines(docs: Path) -> int:
+    "Split every code block of every page into line spans (see `code_lines`); the number of blocks."
+    n = 0
+    for f in docs.glob('*.html'):
+        s, k = _re_pre.subn(lambda m: m[1] + code_lines(m[2]) + m[3], f.read_text())
+        if k: f.write_text(s); n += k
+    return n
+
 _re_ref = re.compile(r'''\s(href|src)="([^"]*)"''')
 _re_id = re.compile(r'''\sid="([^"]*)"''')
 
 def check_site(docs: Path, root: Path, counts: dict | None = None) -> list:
     """Problems with the built site: notebooks without a page, links or resources that do not resolve, remote resources.
-    `counts`, when given, receives how many local links and resources were checked and how many remote links were seen."""
+    `counts`, when given, receives how many local links and resources were checked (`local`), and how many of them
+    point at an anchor (`anchors`)."""
     problems, ids = [], {}
-    n = dict(local=0, anchors=0, remote=0) if counts is None else counts
-    n.update(local=0, anchors=0, remote=0)
+    n = counts if counts is not None else {}
+    n.update(local=0, anchors=0)
     for nb in notebooks(root):
         if not (docs / page_of(nb)).exists(): problems.append(f"{nb.name}: no page {page_of(nb)}")
     own = site_url()
@@ -156,7 +199,6 @@ def check_site(docs: Path, root: Path, counts: dict | None = None) -> list:
             if u.scheme or ref.startswith('//'):
                 if kind == 'src' or re.search(rf'<link[^>]*href="{re.escape(ref)}"', text):
                     problems.append(f"{f.name}: remote resource (the site must work offline): {ref}")
-                else: n['remote'] += 1
                 continue
             n['local'] += 1
             target = f if not u.path else (f.parent / unquote(u.path)).resolve()
@@ -268,6 +310,7 @@ def build(root: Path = ROOT, verbose: bool = False):
     shutil.move('_proc/_docs', '_docs')
     docs = Path('_docs')
     n_math = install_mathjax(docs)
+    n_code = mark_code_lines(docs)
     counts = {}
     problems = check_site(docs, root, counts)
     pages = sorted(p.name for p in docs.glob('*.html'))
@@ -276,8 +319,8 @@ def build(root: Path = ROOT, verbose: bool = False):
         print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
         _fail(f"{len(problems)} problem(s) in _docs/ (listed above)")
     print(f"docs: {len(pages)} pages in _docs/ ({len(notebooks(root))} notebooks), {counts['local']:,} local links and "
-          f"resources checked ({counts['anchors']:,} to anchors, {n_links} API links pointed at local pages), all resolve; "
-          f"nothing remote loaded; maths on {n_math} pages; README.md {readme}"
+          f"resources checked ({counts['anchors']:,} to anchors, {n_links} API links pointed at local pages), "
+          f"all resolve; nothing remote loaded; maths on {n_math} pages, {n_code:,} code blocks; README.md {readme}"
           f"{f'; {len(notices)} smalldocs warning(s) above' if notices else ''}; {time.time() - t0:.0f} s")
 
 if __name__ == '__main__':

@@ -331,8 +331,8 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
     return None
 
 # the compute capabilities where rel_attention(fast_path=None) picks this kernel: those where this notebook's `#| cuda`
-# tests passed with the kernel exactly as it is here. Empty until they pass on the H200 (see "Status" above).
-AUTO_CAPABILITIES = ()
+# tests (and 07's and 08's) passed with the kernel exactly as it is here (bench/results/gpu_tests.json).
+AUTO_CAPABILITIES = ((9, 0),)
 
 def auto_selects(device) -> bool:
     "Whether `rel_attention(fast_path=None)` picks this kernel on `device`: its capability is in `AUTO_CAPABILITIES`."

@@ -771,11 +771,12 @@ ENGINE_CACHE_BYTES = dict(full=256 << 20, smoke=4 << 20)     # the admission com
 ENGINE_OFFERED = 2000                                        # requests queued for the admission count
 
 def _engine_prompts(w: dict) -> list:
-    "One random task sequence per request (seed 0), one SET and one GET per 128 tokens."
+    "One prompt per request: BOS and a window of the held-out books (seed 0), `prompt_tokens` bytes in all."
     import numpy as np
-    from inkling_fp8kv.model import sample_sequence
-    rng, n = np.random.default_rng(0), max(1, w["prompt_tokens"] // 128)
-    return [sample_sequence(rng, w["prompt_tokens"], n_pairs=n, n_queries=n).tokens for _ in range(w["requests"])]
+    from inkling_fp8kv.model import BOS, heldout_documents
+    stream = b"\n\n".join(t.encode() for _, t in heldout_documents())
+    rng, n = np.random.default_rng(0), w["prompt_tokens"] - 1
+    return [[BOS, *stream[s:s + n]] for s in rng.integers(0, len(stream) - n, w["requests"]).tolist()]
 
 def _timed_engine(model, **kw):
     "A `model.Engine` that appends `(tokens, seconds)` of each step to `step_times`."

@@ -6,15 +6,15 @@
 __all__ = ['INDEX_NAME', 'CONFIG_NAME', 'SCALE_KEYS', 'LOCK_NAME', 'STREAMS', 'scale_from_amax', 'scale_tensor_name',
            'CheckpointError', 'read_checkpoint_tensors', 'CheckpointBusyError', 'ScaleWrite', 'write_kv_scales',
            'KVRanges', 'observe_kv_ranges', 'layer_table', 'tier2_table', 'markdown_table', 'calibration_batches',
-           'calibrate_checkpoint']
+           'check_out_folder', 'check_calibration_paths', 'calibrate_checkpoint']
 
 # %% ../nbs/10_calibrate.ipynb #aa5f6a30
-import contextlib, fcntl, hashlib, json, math, numbers, os, re, shutil, stat, sys, time, warnings
+import contextlib, dataclasses, fcntl, hashlib, json, math, numbers, os, re, secrets, shutil, stat, sys, time, warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save as safetensors_bytes
 from .numerics import E4M3_MAX, band_stats
 from .scales import validate_scale
@@ -68,8 +68,16 @@ def _read_json(path: Path, what: str) -> tuple[bytes, dict]:
     if not isinstance(obj, dict): raise CheckpointError(f"{path}: expected a JSON object, got {type(obj).__name__}")
     return raw, obj
 
+def _check_shard(path: Path):
+    "A shard safetensors opens: a whole header whose tensors cover the file exactly (truncated or corrupted files fail here, not mid-load)."
+    try:
+        with safe_open(path, framework="pt"): pass
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors shard ({str(e).splitlines()[0]}): "
+                              "the file is truncated or corrupted; copy or download it again") from None
+
 def _open_checkpoint(checkpoint_dir, *, need_config: bool = True) -> _Checkpoint:
-    "The checkpoint's index (checked: every shard it names is a file in the folder) and config, as bytes and as parsed JSON."
+    "The checkpoint's index (checked: every shard it names is a readable safetensors file in the folder) and config, as bytes and parsed."
     if not isinstance(checkpoint_dir, (str, os.PathLike)):
         raise CheckpointError(f"checkpoint_dir={checkpoint_dir!r}: expected a path to a checkpoint folder")
     d = Path(checkpoint_dir).expanduser().resolve()
@@ -83,6 +91,7 @@ def _open_checkpoint(checkpoint_dir, *, need_config: bool = True) -> _Checkpoint
         if Path(shard).name != shard or shard.startswith("."):
             raise CheckpointError(f"{d / INDEX_NAME} names the shard {shard!r}: expected a file name inside the checkpoint folder")
         if not (d / shard).is_file(): raise CheckpointError(f"{d / INDEX_NAME} names the shard {shard!r}, which is not a file in {d}")
+        _check_shard(d / shard)
     config_raw, config = _read_json(d / CONFIG_NAME, "the model config") if need_config else (None, None)
     return _Checkpoint(d, index_raw, index, config_raw, config)
 
@@ -143,17 +152,26 @@ def _atomic_write(path: Path, data: bytes, *, label: str, pause_at: str | None =
 
 @contextlib.contextmanager
 def _writer_lock(d: Path):
-    "Hold the checkpoint's exclusive writer lock (`flock`, released by the kernel when the holder exits or dies)."
+    "Hold the checkpoint's exclusive writer lock: `flock` on a lock file that exists only while held (the kernel releases it if we die)."
     path = d / LOCK_NAME
-    try: fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    except OSError as e: raise CheckpointError(f"{d}: cannot create the lock file {LOCK_NAME} ({e.strerror}); the folder must be writable") from None
-    try:
+    while True:
+        try: fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as e: raise CheckpointError(f"{d}: cannot create the lock file {LOCK_NAME} ({e.strerror}); the folder must be writable") from None
         try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise CheckpointBusyError(f"{d} is being written by another process (it holds the lock {path}): wait for it to finish, "
                                       "or stop it (a killed writer releases the lock, and the next run cleans up after it)") from None
-        yield
-    finally: os.close(fd)
+        held = os.fstat(fd)
+        try: now = os.stat(path)
+        except FileNotFoundError: now = None
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino): break
+        os.close(fd)           # the writer before us removed the file we locked after we opened it: lock the one at the path now
+    try: yield
+    finally:
+        with contextlib.suppress(OSError): path.unlink()   # still held: a writer that opened it meanwhile finds it gone and starts over
+        os.close(fd)
+
 
 # %% ../nbs/10_calibrate.ipynb #46fbea7b
 def _num_layers(config: dict) -> int | None:
@@ -296,9 +314,10 @@ def _commit(ck: _Checkpoint, tensors: dict, declare: bool, pause_at) -> ScaleWri
     config_raw = ck.config_raw if config == ck.config else _json_bytes(config)
     path = d / shard
     wrote_shard = not path.exists()
-    if wrote_shard: _atomic_write(path, data, label="shard", pause_at=pause_at)
-    elif path.read_bytes() != data: raise CheckpointError(f"{path} exists with other bytes than these scales; refusing to overwrite a shard")
+    if not wrote_shard and path.read_bytes() != data:
+        raise CheckpointError(f"{path} exists with other bytes than these scales; refusing to overwrite a shard")
     try:
+        if wrote_shard: _atomic_write(path, data, label="shard", pause_at=pause_at)
         _pause("shard", pause_at)
         if index_raw != ck.index_raw: _atomic_write(d / INDEX_NAME, index_raw, label="index", pause_at=pause_at)
         _pause("index", pause_at)
@@ -429,7 +448,7 @@ def layer_table(r: KVRanges, safety: float = 1.3) -> list:
     return rows
 
 def tier2_table(r: KVRanges, fixed_scale: float = 3.0) -> list:
-    "The seed's Tier 2 table for this model: K and V pooled within layer type."
+    "The evidence document's Tier 2 table for this model: K and V pooled within layer type."
     rows = []
     for t in ("sliding", "global"):
         layers = [i for i, lt in r.layer_types.items() if lt == t]
@@ -457,35 +476,100 @@ def markdown_table(rows: list, fmt=None) -> str:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(f(r[h]) for h in head) + " |" for r in rows])
 
 # %% ../nbs/10_calibrate.ipynb #a5331682
-def calibration_batches(task: str = "retrieval", *, data=None, num_samples: int = 16, seed: int = 5000) -> list:
-    "Calibration token lists: the retrieval task (depths 256..2048, seed 5000 by default) or a JSONL file with one token-id list per line."
-    if data is not None:
-        p = Path(data)
-        try: lines = [l for l in p.read_text().splitlines() if l.strip()]
-        except OSError as e: raise CheckpointError(f"cannot read calibration data {p}: {e.strerror or e}") from None
-        out = []
-        for n, l in enumerate(lines[:num_samples], 1):
-            try: t = json.loads(l)
-            except json.JSONDecodeError as e: raise CheckpointError(f"{p}:{n}: not JSON ({e.msg})") from None
-            if not (isinstance(t, list) and t and all(isinstance(x, int) and not isinstance(x, bool) for x in t)):
-                raise CheckpointError(f"{p}:{n}: expected a non-empty list of token ids")
-            out.append(t)
-        if not out: raise CheckpointError(f"{p}: no token lists")
-        return out
-    if task != "retrieval": raise CheckpointError(f"unknown task {task!r}: expected 'retrieval' or --data FILE.jsonl")
-    from inkling_fp8kv.model import retrieval_prompts
-    depths = (256, 512, 1024, 2048)
-    return [p.tolist() for k in range(num_samples) for p in retrieval_prompts(seed + k, 1, depths[k % len(depths)])["prompts"]]
+def _text_batches(texts: list, num_samples: int, max_len: int) -> list:
+    "Texts as byte sequences (BOS + at most `max_len - 1` bytes each), consecutive segments, at most `num_samples`."
+    from inkling_fp8kv.model import BOS, encode
+    out = []
+    for t in texts:
+        b = encode(t)
+        out += [[BOS, *b[s:s + max_len - 1]] for s in range(0, len(b), max_len - 1)]
+    return out[:num_samples]
+
+def _read_calibration_file(p: Path) -> list:
+    "A `.txt` file (one text), or JSONL: each line a token-id list or an object with a `text` field (not mixed)."
+    try: raw = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e: raise CheckpointError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e: raise CheckpointError(f"cannot read calibration data {p}: {e.strerror or e}") from None
+    if p.suffix.lower() != ".jsonl": return [raw] if raw.strip() else []
+    items = []
+    for n, l in enumerate(raw.splitlines(), 1):
+        if not l.strip(): continue
+        try: t = json.loads(l)
+        except json.JSONDecodeError as e: raise CheckpointError(f"{p}:{n}: not JSON ({e.msg})") from None
+        if isinstance(t, dict) and isinstance(t.get("text"), str) and t["text"]: items.append(t["text"])
+        elif isinstance(t, list) and t and all(isinstance(x, int) and not isinstance(x, bool) for x in t): items.append(t)
+        else: raise CheckpointError(f"{p}:{n}: expected a non-empty token-id list or an object with a non-empty \"text\" field")
+    if len({type(x) for x in items}) > 1: raise CheckpointError(f"{p}: mixes token-id lists and text lines; use one kind per file")
+    return items
+
+def calibration_batches(*, data=None, num_samples: int = 16, max_len: int = 2048) -> list:
+    """Calibration sequences (token-id lists): text from `data` (`.txt`, or `.jsonl` with a `"text"` field per line) or
+    token-id lists (`.jsonl`, one list per line), else the text shipped for calibration (`model.calibration_text()`, from
+    training books, none of it held out); texts are encoded as bytes in segments of at most `max_len` ids."""
+    if not isinstance(num_samples, int) or num_samples < 1: raise CheckpointError(f"num_samples must be a positive int, got {num_samples!r}")
+    if data is None:
+        from inkling_fp8kv.model import calibration_text
+        return _text_batches([calibration_text()], num_samples, max_len)
+    p = Path(data)
+    items = _read_calibration_file(p)
+    if not items: raise CheckpointError(f"{p}: no calibration text or token lists")
+    if isinstance(items[0], list): return items[:num_samples]
+    return _text_batches(items, num_samples, max_len)
+
+def check_out_folder(out, *, empty: bool = False, staged: bool = False, what: str = "output folder") -> Path:
+    """`out` resolved, checked before any work: not a file, empty if `empty`, and writable where it will be made (its
+    nearest existing folder; with `staged`, beside it, where a copy is made and renamed into place); else `CheckpointError`."""
+    out = Path(out).expanduser().resolve()
+    if out.exists() and not out.is_dir(): raise CheckpointError(f"{what} {out} exists and is not a folder")
+    if empty and out.exists() and any(out.iterdir()): raise CheckpointError(f"{what} {out} exists and is not empty")
+    base = next(p for p in ((out.parent if staged else out), *out.parents) if p.exists())
+    if not base.is_dir(): raise CheckpointError(f"{what} {out}: {base} is not a folder")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise CheckpointError(f"{what} {out}: {base} is not writable (read-only); choose another place")
+    return out
+
+def check_calibration_paths(src, out=None, *, dry_run: bool = False) -> tuple:
+    "`(checkpoint, output folder or None)`, resolved, after every check a path can fail: made before any work."
+    from inkling_fp8kv.model import config_from_json, tiny_checkpoint
+    ck = _open_checkpoint(src)                                               # index, every shard's header, config.json
+    try: config_from_json(ck.config)
+    except (KeyError, TypeError, ValueError) as e:
+        why = str(e.args[0] if e.args else e).removeprefix(f"{CONFIG_NAME} ")
+        raise CheckpointError(f"{ck.dir / CONFIG_NAME}: not an Inkling config: {why}") from None
+    if dry_run: return ck.dir, None
+    if out is None:
+        if ck.dir == tiny_checkpoint().resolve(): raise CheckpointError(f"{ck.dir} is the package's shipped checkpoint: pass an output folder (--out)")
+        if not os.access(ck.dir, os.W_OK | os.X_OK): raise CheckpointError(f"{ck.dir} is not writable: pass an output folder (--out)")
+        return ck.dir, None
+    target = check_out_folder(out, empty=True, staged=True)
+    if target == ck.dir or ck.dir in target.parents:
+        raise CheckpointError(f"output folder {target} is inside the checkpoint {ck.dir}: write the copy elsewhere")
+    return ck.dir, target
+
+def _write_copy(src: Path, out: Path, scales, declare_kv_scheme: bool) -> ScaleWrite:
+    "Copy `src` beside `out`, write the scales into the copy, rename it to `out`; on any error or interrupt leave nothing."
+    made = [p for p in reversed(out.parents) if not p.exists()]            # folders this call creates, outermost first
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = out.parent / f".{out.name}.{os.getpid()}-{secrets.token_hex(4)}{_TMP_SUFFIX}"
+    try:
+        shutil.copytree(src, stage, ignore=shutil.ignore_patterns(LOCK_NAME, "*" + _TMP_SUFFIX))
+        os.chmod(stage, stat.S_IMODE(stage.stat().st_mode) | stat.S_IRWXU)   # a read-only checkpoint's mode must not stop the write
+        w = write_kv_scales(stage, scales, declare_kv_scheme=declare_kv_scheme)
+        os.rename(stage, out)                                                # replaces an empty folder, refuses a non-empty one
+        _fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        for p in reversed(made):
+            try: p.rmdir()
+            except OSError: break
+        raise
+    return dataclasses.replace(w, checkpoint_dir=str(out))
 
 def calibrate_checkpoint(src, out=None, *, batches=None, safety: float = 1.3, dry_run: bool = False, declare_kv_scheme: bool = False,
                          device=None, progress: bool = False) -> dict:
     "Observe a checkpoint's store-site ranges, compute per-layer scales and write them (to a copy at `out`, else in place); returns what was done."
-    from inkling_fp8kv.model import InklingLM, tiny_checkpoint
-    src = Path(src)
-    _open_checkpoint(src)                                                    # index and config must exist: checked before any work
-    if out is None and not dry_run:
-        if src.resolve() == tiny_checkpoint().resolve(): raise CheckpointError(f"{src} is the package's shipped checkpoint: pass an output folder (--out)")
-        if not os.access(src, os.W_OK): raise CheckpointError(f"{src} is not writable: pass an output folder (--out)")
+    from inkling_fp8kv.model import InklingLM
+    src, target = check_calibration_paths(src, out, dry_run=dry_run)        # every path checked before any work
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = InklingLM.from_pretrained(src, kv_cache_dtype="bfloat16", kernels="reference" if dev.type == "cpu" else "triton", device=dev, warn=False)
     batches = calibration_batches() if batches is None else batches
@@ -493,10 +577,6 @@ def calibrate_checkpoint(src, out=None, *, batches=None, safety: float = 1.3, dr
     scales = r.scales(safety)
     result = dict(ranges=r, scales=scales, table=layer_table(r, safety), written=None, target=None)
     if dry_run: return result
-    target = src
-    if out is not None:
-        target = Path(out)
-        if target.exists() and any(target.iterdir()): raise CheckpointError(f"{target} exists and is not empty")
-        shutil.copytree(src, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(LOCK_NAME, "*" + _TMP_SUFFIX))
-    result["written"], result["target"] = write_kv_scales(target, scales, declare_kv_scheme=declare_kv_scheme), target
+    if target is None: result["written"], result["target"] = write_kv_scales(src, scales, declare_kv_scheme=declare_kv_scheme), src
+    else: result["written"], result["target"] = _write_copy(src, target, scales, declare_kv_scheme), target
     return result

@@ -7,9 +7,9 @@ __all__ = ['ARMS', 'BAND_NLL_FRACTION', 'CONTROL_NONCE', 'BUCKETS', 'VLLM_K_RANG
            'FAMILIES', 'UPSTREAM_VMAX_RATIO', 'mcnemar_exact', 'kl_rows', 'position_metrics', 'clustered_mean',
            'clustered_quantiles', 'summarize_arm', 'fixed_band', 'inside_band', 'score_documents', 'arm_scales',
            'arm_model', 'store_site_bands', 'worst_global_v', 'passkey_accuracy', 'text_eval', 'global_v_values',
-           'predict_plant', 'design_doses', 'dose_response', 'dose_findings']
+           'predict_plant', 'design_doses', 'dose_response', 'dose_findings', 'quick_texts', 'quick_eval']
 
-# %% ../nbs/13_evaluate.ipynb #66b047b0
+# %% ../nbs/13_evaluate.ipynb #e685dfc6
 import math, tempfile, time
 from pathlib import Path
 import numpy as np
@@ -19,7 +19,7 @@ from .model import (BOS, Engine, InklingLM, calibration_text, encode, heldout_do
 from .calibrate import observe_kv_ranges, scale_from_amax
 from .numerics import band_stats
 
-# %% ../nbs/13_evaluate.ipynb #f1eed135
+# %% ../nbs/13_evaluate.ipynb #a553b8a4
 ARMS = ("bf16", "bf16_control", "fp8_unity", "fp8_calibrated", "fp8_vllm_rule")
 BAND_NLL_FRACTION = 0.01            # fixed before any run: the upstream change's pre-registered 1 %-perplexity margin
 CONTROL_NONCE = "\n\n"              # bf16_control: these bytes after BOS, and other chunk boundaries
@@ -44,7 +44,7 @@ def position_metrics(ref: dict, arm: dict) -> dict:
     return dict(kld=kl_rows(ref["logp"], arm["logp"]), dnll=lr - la, agree=(ref["top1"] == arm["top1"]).astype(np.float64),
                 dp=np.exp(la) - np.exp(lr), pos=ref["pos"])
 
-# %% ../nbs/13_evaluate.ipynb #2f429462
+# %% ../nbs/13_evaluate.ipynb #c5b29c8e
 _QGRID = np.concatenate([[0.0], np.logspace(-12, 2, 2801)])          # KL histogram edges: 0, then 200 bins per decade
 
 def _boot_weights(n_docs: int, n_boot: int, seed: int) -> np.ndarray:
@@ -99,7 +99,7 @@ def inside_band(s: dict, band: dict) -> dict:
     k, d = s["kld"]["mean"]["value"] <= band["kld"], abs(s["dnll"]["value"]) <= band["dnll"]
     return dict(kld=bool(k), dnll=bool(d), both=bool(k and d))
 
-# %% ../nbs/13_evaluate.ipynb #3d0ba975
+# %% ../nbs/13_evaluate.ipynb #c1fe1242
 def _segments(texts, max_len: int) -> list:
     "Each text as byte segments of at most `max_len - 1` bytes (each is scored after a BOS of its own)."
     out = []
@@ -123,7 +123,7 @@ def score_documents(model, segs: list, *, chunk: int, prefix: list = (), max_num
         o["top1"].append(r["top1"][k:k + len(s)]); o["pos"].append(np.arange(len(s)))
     return [{k: np.concatenate(v) if v else np.zeros(0) for k, v in o.items()} for o in out]
 
-# %% ../nbs/13_evaluate.ipynb #817ba0c7
+# %% ../nbs/13_evaluate.ipynb #8e943b96
 def _set_scales(model, scales: dict):
     for i, a in model.attn_layers.items():
         for k in ("k_scale", "v_scale"): getattr(a, k).fill_(scales[i][k])
@@ -154,7 +154,7 @@ def arm_model(checkpoint, arm: str, scales: dict | None, *, kernels: str, device
     m = InklingLM.from_pretrained(checkpoint, kv_cache_dtype="fp8_e4m3", kernels=kernels, device=device, warn=False)
     return _set_scales(m, scales[arm])
 
-# %% ../nbs/13_evaluate.ipynb #20e7ce86
+# %% ../nbs/13_evaluate.ipynb #26506be7
 def store_site_bands(ranges, scales: dict) -> list:
     "Per layer and stream (K, V): clip and flush-to-zero rates of the observed store-site values at unity and at each arm's scales."
     rows = []
@@ -180,7 +180,7 @@ def passkey_accuracy(model, prompts: dict, *, chunk: int, max_num_seqs: int = 64
         out[d] = passkey_correct(eng.generate(P["prompts"], 6), P["keys"])
     return out
 
-# %% ../nbs/13_evaluate.ipynb #7fd4b118
+# %% ../nbs/13_evaluate.ipynb #faf38428
 def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = False, calibration=None, max_len: int | None = None,
               passkey_depths=(), passkey_n: int = 50, passkey_seed: int = 7000, passkey_documents=None, n_boot: int | None = None,
               seed: int = 0, kernels: str = "auto", reuse: dict | None = None, progress: bool = False) -> dict:
@@ -197,7 +197,7 @@ def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = 
     max_len = max_len or (2048 if quick else 4096)
     chunk = 2048 if dev.type == "cpu" else 8192
     n_boot = n_boot or (200 if quick else 1000)
-    cal_text = calibration if calibration is not None else [calibration_text()[:8192 if quick else None]]
+    cal_text = calibration if calibration is not None else [calibration_text()[:4096 if quick else None]]
     cal = [[BOS, *s] for ss in _segments(cal_text, max_len) for s in ss]
     scales, ranges = arm_scales(checkpoint, cal, first_batch_tokens=chunk, kernels=kern, device=dev)
     segs = _segments(texts, max_len)
@@ -247,7 +247,7 @@ def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = 
     out["seconds"] = round(time.time() - t0, 1)
     return out
 
-# %% ../nbs/13_evaluate.ipynb #46f499ce
+# %% ../nbs/13_evaluate.ipynb #78067a5e
 DOSE_PLAN = (("few", 1e-5), ("few", 1e-4), ("upstream", 9.1e-4), ("many", 1e-3), ("many", 1e-2), ("many", 1e-1), ("many", 0.5))
 FAMILIES = dict(few=(1, 2, 3, 4, 6, 8), many=(16, 32, 48, 64, 96, 128), upstream=(1, 2, 3, 4, 6, 8))
 UPSTREAM_VMAX_RATIO = 1272 / 448               # upstream's worst global layer: max |V| 1,272 against e4m3's 448 (clip 9.1e-4)
@@ -285,7 +285,7 @@ def design_doses(checkpoint, calibration: list, *, plan=DOSE_PLAN, kernels: str 
             out.append(best[1])
     return sorted(out, key=lambda d: d["predicted_clip"])
 
-# %% ../nbs/13_evaluate.ipynb #8122f7aa
+# %% ../nbs/13_evaluate.ipynb #cd3dbf9a
 def _dose_row(r: dict, dose: dict) -> dict:
     "One dose's row: the worst global layer's V at unity, and per arm the headline statistics."
     s = r["store_sites"]
@@ -331,18 +331,18 @@ def dose_response(checkpoint, texts: list, *, doses=None, workdir=None, device=N
     return dict(rows=rows, band=clean["band"], clean=clean, bf16_identical_at_strongest=bf16_identical,
                 texts=len(texts), bytes=clean["bytes"], kernels=kern, seconds=round(time.time() - t0, 1))
 
-# %% ../nbs/13_evaluate.ipynb #a2e4b502
+# %% ../nbs/13_evaluate.ipynb #3243329e
 def dose_findings(dr: dict) -> list:
     "Sentences generated from a dose-response: where unity fp8 leaves the band, whether calibration stays in, our rule vs vLLM's."
     rows = dr["rows"]
     band = dr["band"]
     out = []
-    for stat, key in (("mean KL", "inside_band_kld"), ("mean ΔNLL", "inside_band_dnll")):
+    for stat, key, val, lim in (("mean KL", "inside_band_kld", "kld_mean", "kld"), ("mean ΔNLL", "inside_band_dnll", "dnll", "dnll")):
         first = next((r for r in rows if not r["arms"]["fp8_unity"][key]), None)
         out.append(f"Unity-scale fp8 stays inside the band on {stat} at every dose (up to V clip {rows[-1]['v_clip_unity']:.1e})." if first is None else
                    f"Unity-scale fp8 first leaves the band on {stat} at a worst-global-layer V clip of {first['v_clip_unity']:.1e} "
-                   f"({first['channels']} channel(s) × {first['factor']:g}; mean KL {first['arms']['fp8_unity']['kld_mean']:.2e} nats "
-                   f"against a band of {band['kld']:.2e}).")
+                   f"({first['channels']} channel(s) × {first['factor']:g}: {stat} {first['arms']['fp8_unity'][val]:.2e} nats "
+                   f"against a band of {band[lim]:.2e}).")
     for arm, name in (("fp8_calibrated", "Calibrated fp8 (our rule)"), ("fp8_vllm_rule", "fp8 with vLLM's rule")):
         if arm not in rows[0]["arms"]: continue
         out_ = [r for r in rows if not r["arms"][arm]["inside_band"]]
@@ -354,3 +354,32 @@ def dose_findings(dr: dict) -> list:
         out.append(f"vLLM's rule gives {min(ratio):.2g}× to {max(ratio):.2g}× the mean KL of our rule across the doses "
                    f"(its V scale is amax/100 against our max(1, 1.3·amax/448): coarser steps and more flush-to-zero).")
     return out
+
+# %% ../nbs/13_evaluate.ipynb #1a73b5a8
+def quick_texts(n: int = 3, size: int = 1500) -> list:
+    "`n` passages of `size` bytes of held-out prose (from the middle of the first `n` books): the quick form's texts."
+    return [t[len(t) // 2:len(t) // 2 + size] for _, t in heldout_documents()[:n]]
+
+def quick_eval(*, device=None, workdir=None, progress: bool = False) -> dict:
+    "The report's form of the instrument: the clean model and one upstream-regime plant, quick `text_eval` on three passages."
+    t0 = time.time()
+    dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    kern = "reference" if dev.type == "cpu" else "triton"
+    wd = Path(workdir or tempfile.mkdtemp())
+    texts = quick_texts()
+    clean = text_eval(tiny_checkpoint(), texts, quick=True, device=dev, kernels=kern)
+    cal = [[BOS, *s] for ss in _segments([calibration_text()[:4096]], 2048) for s in ss]
+    dose = design_doses(tiny_checkpoint(), cal, plan=(("upstream", 9.1e-4),), kernels=kern, device=dev)[0]
+    plant_v_outliers(tiny_checkpoint(), wd / "upstream", channels=dose["channels"], factor=dose["factor"])
+    plant = text_eval(wd / "upstream", texts, quick=True, device=dev, kernels=kern)
+    row0, row1 = _dose_row(clean, dict(family="clean", channels=0, factor=1.0)), _dose_row(plant, dose)
+    u0, c0 = row0["arms"]["fp8_unity"], row0["arms"]["bf16_control"]
+    u1, k1 = row1["arms"]["fp8_unity"], row1["arms"]["fp8_calibrated"]
+    inside = lambda d: "inside" if d["inside_band"] else "outside"
+    sentence = (f"On the tiny model ({clean['bytes']:,} held-out bytes, {kern} kernels), unity-scale fp8 moves the next-byte "
+                f"distributions by a mean KL of {u0['kld_mean']:.1e} nats against a bf16 control floor of {c0['kld_mean']:.1e}, "
+                f"{inside(u0)} the band ({clean['band']['kld']:.1e}); with upstream-regime V outliers (worst global layer "
+                f"clipping {row1['v_clip_unity']:.1e} of V at unity, max |V| {row1['v_max']:.0f}) unity fp8 gives {u1['kld_mean']:.1e} "
+                f"({inside(u1)}) and calibrated scales {k1['kld_mean']:.1e} ({inside(k1)}).")
+    if progress: print(f"quick_eval: {time.time() - t0:.0f} s", flush=True)
+    return dict(clean=clean, plant=plant, dose=dose, rows=[row0, row1], sentence=sentence, seconds=round(time.time() - t0, 1))

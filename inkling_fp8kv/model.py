@@ -379,7 +379,8 @@ class Engine:
         self.dev = model.device
         if num_blocks is None:
             per_tok = self.cache_bytes_per_token()
-            num_blocks = (cache_bytes // per_tok if cache_bytes is not None else max_num_seqs * max_model_len) // block_size
+            num_blocks = (cache_bytes // per_tok // block_size if cache_bytes is not None
+                          else max_num_seqs * -(-max_model_len // block_size))        # every request fits at max_model_len
             if num_blocks < 1: raise ValueError(f"cache_bytes={cache_bytes} holds no block ({per_tok} bytes per token)")
         self.num_blocks = num_blocks
         conv_blocks = -(-num_blocks * block_size // conv_block_size)

@@ -40,9 +40,12 @@ def main():
     ap.add_argument("--device", default=None)
     a = ap.parse_args()
     out = Path(a.out)
-    if a.merge:
-        res = {}
-        for f in a.merge: res.update({k: v for k, v in json.loads(Path(f).read_text()).items() if k != "parts"} | {"parts": res.get("parts", []) + [json.loads(Path(f).read_text())["env"]]})
+    if a.merge:                                     # one results file from the parts; each part's header is kept
+        parts = [json.loads(Path(f).read_text()) for f in a.merge]
+        res = {k: v for p in parts for k, v in p.items() if k not in ("env", "gpu", "torch", "triton", "python", "date", "command", "seconds")}
+        res["parts"] = [dict(p["env"], seconds=p.get("seconds")) for p in parts]
+        res.update({k: parts[0]["env"][k] for k in ("gpu", "torch", "triton", "python", "date")})
+        res["command"] = " && ".join(p["env"]["command"] for p in parts)
         out.write_text(json.dumps(res, indent=1) + "\n"); print("merged", out); return
     if not a.part: ap.error("give --part or --merge")
     ck = Path(a.checkpoint) if a.checkpoint else tiny_checkpoint()

@@ -172,6 +172,30 @@ def mark_code_lines(docs: Path) -> int:
         if k: f.write_text(s); n += k
     return n
 
+def mark_image_widths(proc: Path, docs: Path) -> int:
+    """Give each plot the width its notebook shows it at (`data-width`): a retina PNG has twice the pixels and records its
+    display width in the output's metadata, which smalldocs drops. The stylesheet still draws plots as wide as the text
+    column; tools/check_docs.py compares the drawn width with this one, the size the plot's text was made for."""
+    widths = {}
+    for f in proc.glob('*.ipynb'):
+        for c in json.loads(f.read_text()).get('cells', []):
+            for o in c.get('outputs', []):
+                w = o.get('metadata', {}).get('image/png', {}).get('width')
+                if w and 'image/png' in o.get('data', {}):
+                    widths[re.sub(r'\s', '', _src(dict(source=o['data']['image/png'])))] = w
+    n = 0
+    def mark(m):
+        nonlocal n
+        w = widths.get(m[2])
+        if w is None: return m[0]
+        n += 1
+        return f'{m[1]} data-width="{int(w)}"'
+    for f in docs.glob('*.html'):
+        s = f.read_text()
+        new = re.sub(r'(<img src="data:image/png;base64,([^"]+)")', mark, s)
+        if new != s: f.write_text(new)
+    return n
+
 _re_ref = re.compile(r'''\s(href|src)="([^"]*)"''')
 _re_id = re.compile(r'''\sid="([^"]*)"''')
 
@@ -311,6 +335,7 @@ def build(root: Path = ROOT, verbose: bool = False):
     docs = Path('_docs')
     n_math = install_mathjax(docs)
     n_code = mark_code_lines(docs)
+    mark_image_widths(Path('_proc'), docs)
     counts = {}
     problems = check_site(docs, root, counts)
     pages = sorted(p.name for p in docs.glob('*.html'))

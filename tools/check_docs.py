@@ -6,7 +6,8 @@ Per page and width it reports what a reader would run into:
 - `clipped`: content cut off with no way to scroll to it (overflow hidden);
 - `code scrolls`: a code block or output whose lines are longer than its box, so the end of a line is hidden until
   the reader scrolls that box sideways (the docs wrap code instead);
-- `image shrunk`: an image drawn at less than 70 % of its natural width (a plot's text becomes unreadable);
+- `image shrunk`: an image drawn at less than 70 % of its natural width (a plot's text becomes unreadable); for a
+  retina plot, natural is the width its notebook shows it at (half its pixels; `data-width`, set by build_docs);
 - `image narrow`: an image drawn narrower than both its natural width and the column it could fill;
 - `page scrolls`: the whole page is wider than the window.
 A wide table that scrolls sideways inside its own box is allowed (the stylesheet draws its scrollbar and edge shadows)
@@ -80,9 +81,10 @@ MEASURE = r"""
   }
   const images = [];
   for (const img of main.querySelectorAll('img')) {
-    const w = img.getBoundingClientRect().width, nat = img.naturalWidth;
+    // a retina plot has twice the pixels of the width its notebook shows it at (build_docs puts that in data-width)
+    const w = img.getBoundingClientRect().width, nat = +img.dataset.width || img.naturalWidth;
     if (!nat || !w) continue;
-    images.push({what: what(img), natural: nat, drawn: Math.round(w), id: id(img)});
+    images.push({what: what(img), natural: nat, pixels: img.naturalWidth, drawn: Math.round(w), id: id(img)});
     const drawn = `drawn ${Math.round(w)} px`;
     if (w < minScale * nat) add('image shrunk', img, `${drawn} of its ${nat} px (${Math.round(100 * w / nat)} %)`);
     else if (w < Math.min(nat, width) - 2) add('image narrow', img, `${drawn}; natural ${nat} px, column ${width} px`);
@@ -210,7 +212,8 @@ def report(res: dict) -> int:
             probs = [f for f in m["findings"] if f["kind"] in PROBLEMS]
             notes = [f for f in m["findings"] if f["kind"] == "note"]
             total += len(probs)
-            imgs = ", ".join(f"{i['drawn']}/{i['natural']}" for i in m["images"])
+            imgs = ", ".join(f"{i['drawn']}/{i['natural']}" + (f" ({i['pixels']} px PNG)" if i["pixels"] != i["natural"]
+                                                               else "") for i in m["images"])
             lines.append(f"  {w} px (column {m['column']} px): {len(probs)} problem(s)"
                          + (f"; images drawn/natural px: {imgs}" if imgs else ""))
             lines += [f"    {f['kind']}: {f['what']}: {f['detail']}" for f in probs]

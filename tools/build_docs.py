@@ -173,9 +173,9 @@ def mark_code_lines(docs: Path) -> int:
     return n
 
 def mark_image_widths(proc: Path, docs: Path) -> int:
-    """Give each plot the width its notebook shows it at (`data-width`): a retina PNG has twice the pixels and records its
-    display width in the output's metadata, which smalldocs drops. The stylesheet still draws plots as wide as the text
-    column; tools/check_docs.py compares the drawn width with this one, the size the plot's text was made for."""
+    """Give each plot the width its notebook shows it at (`data-width`): a retina PNG has twice the pixels and records
+    its display width in the output's metadata, which smalldocs drops. The stylesheet still draws plots as wide as the
+    text column; tools/check_docs.py compares the drawn width with this one, the size the plot's text was made for."""
     widths = {}
     for f in proc.glob('*.ipynb'):
         for c in json.loads(f.read_text()).get('cells', []):

@@ -6,16 +6,33 @@ writes; smalldocs renders _docs/; maths is typeset by a MathJax copied from the 
 wheel (no network at view time); then the site is checked: every notebook has a page, and every link or
 resource in every page resolves to a file (and anchor) that exists in _docs/ (CI fails otherwise).
 
-Usage: python tools/build_docs.py   (from anywhere; without nbdev on this interpreter it re-runs itself with
-.venv-test/bin/python, the environment `bash tools/test.sh` creates)
+What nbdev's processing runs: `show_doc` needs each page's exported names, so the export cells, the `show_doc` cells
+and the imports run once per notebook. A cell that mixes imports with other code (a test, usually) has only its own
+top-level imports run, so its saved output stays and no test runs here; a cell that carries a test flag of
+settings.ini (`#| cuda`, `#| vllm`) is skipped, as `nbdev_test` skips it without `--flags`, so the build needs
+neither a GPU nor vLLM: the package and its `[test]` extra are enough.
+
+Quiet unless something is wrong: what nbdev and smalldocs print goes to _proc/build_docs.log, smalldocs' known
+notices are dropped, and a successful build prints one summary line. A notebook cell that fails, a missing page, a
+broken link or a remote resource prints its reason and exits 1. `--verbose` shows everything as it comes.
+
+Usage: python tools/build_docs.py [--verbose]   (from anywhere; without nbdev on this interpreter it re-runs itself
+with $VENV/bin/python, default .venv-test, the environment `bash tools/test.sh` creates; an absolute VENV works too)
+Docs-only setup: python3 -m venv .venv-test && .venv-test/bin/pip install -c constraints.txt -e '.[test]'
 """
-import html, json, os, re, shutil, subprocess, sys
+import ast, contextlib, html, json, os, re, shutil, sys, tempfile, time, traceback
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / os.environ.get("VENV", ".venv-test")
 MATHJAX = "site_libs/mathjax/tex-svg-full.js"   # the combined build: every TeX extension, SVG glyphs, no font files
+SETUP = "python3 -m venv .venv-test && .venv-test/bin/pip install -c constraints.txt -e '.[test]'"
+# smalldocs' notices that say nothing about this site: nbdev writes quarto's `output-file` into every page's front
+# matter (this build names pages after their notebooks and points the API links there), and nbdev's quarto settings ask
+# for a commonmark copy and `keep-md`, which only quarto makes. Any other notice is printed.
+KNOWN_NOTICES = re.compile(r"\b(output-file|keep-md) is not read by smalldocs|format commonmark is not built|"
+                           r"ignores? .*\b(format\.commonmark|keep-md|output-file)\b")
 MATHJAX_CONFIG = ("window.MathJax={tex:{inlineMath:[['\\\\(','\\\\)']],displayMath:[['\\\\[','\\\\]']]},"
                   "svg:{fontCache:'global'},options:{enableMenu:false}};")
 
@@ -29,8 +46,9 @@ def _reexec_in_venv():
     if py.exists() and Path(sys.prefix).resolve() != VENV.resolve() and not os.environ.get("_BUILD_DOCS_REEXEC"):
         os.environ["_BUILD_DOCS_REEXEC"] = "1"
         os.execv(str(py), [str(py), str(Path(__file__).resolve()), *sys.argv[1:]])
-    sys.exit(f"build_docs: `{missing}` is not importable by {sys.executable} and {py} does not provide it; "
-             "run `bash tools/test.sh` once (it creates .venv-test) or `pip install -c constraints.txt -e '.[test]'`")
+    sys.exit(f"build_docs: `{missing}` is not importable by {sys.executable} and {py} does not provide it. Set up the "
+             f"docs environment (the package and its pinned [test] extra, no vLLM) in {ROOT} with\n  {SETUP}\nor run "
+             "`bash tools/test.sh` once (it makes .venv-test with the whole test set).")
 
 def _src(c): return ''.join(c['source']) if isinstance(c['source'], list) else c['source']
 
@@ -114,12 +132,80 @@ def install_mathjax(docs: Path) -> int:
         f.write_text(s.replace('</head>', tag + '</head>', 1)); n += 1
     return n
 
+_re_pre = re.compile(r'(<pre\b[^>]*>\s*<code\b[^>]*>)(.*?)(</code>\s*</pre>)', re.S)
+_re_tag = re.compile(r'(<[^>]+>)')
+
+def code_lines(inner: str) -> str:
+    """One `<span class="sd-line">` per line of a code block's HTML, so that a long line the stylesheet wraps continues
+    indented past its own indentation (`--i`: its leading spaces) instead of at column 0, where it would read as a new,
+    dedented line. Tags open across a line end are closed and reopened; the text (and so what the copy button copies)
+    is unchanged."""
+    lines, cur, open_ = [], [], []
+    for tok in _re_tag.split(inner):
+        if not tok: continue
+        if tok.startswith('<'):
+            cur.append(tok)
+            if tok.startswith('</'):
+                if open_: open_.pop()
+            elif not tok.endswith('/>'): open_.append(tok)
+            continue
+        for k, part in enumerate(tok.split('\n')):
+            if k:
+                cur += [f"</{re.match(r'<([A-Za-z0-9]+)', t).group(1)}>" for t in reversed(open_)]
+                lines.append(''.join(cur)); cur = list(open_)
+            cur.append(part)
+    lines.append(''.join(cur))
+    text = lambda l: html.unescape(_re_tag.sub('', l))
+    if len(lines) > 1 and not text(lines[-1]):   # the newline before </code> ends no line
+        last = lines.pop(); lines[-1] += last
+    def span(l):
+        n = len(text(l)) - len(text(l).lstrip(' '))
+        style = f' style="--i:{n}"' if n else ''
+        return f'<span class="sd-line"{style}>{l}</span>'
+    return '\n'.join(map(span, lines))   # the newlines stay text: copying a block gives back its exact source
+
+def mark_code_lines(docs: Path) -> int:
+    "Split every code block of every page into line spans (see `code_lines`); the number of blocks."
+    n = 0
+    for f in docs.glob('*.html'):
+        s, k = _re_pre.subn(lambda m: m[1] + code_lines(m[2]) + m[3], f.read_text())
+        if k: f.write_text(s); n += k
+    return n
+
+def mark_image_widths(proc: Path, docs: Path) -> int:
+    """Give each plot the width its notebook shows it at (`data-width`): a retina PNG has twice the pixels and records
+    its display width in the output's metadata, which smalldocs drops. The stylesheet still draws plots as wide as the
+    text column; tools/check_docs.py compares the drawn width with this one, the size the plot's text was made for."""
+    widths = {}
+    for f in proc.glob('*.ipynb'):
+        for c in json.loads(f.read_text()).get('cells', []):
+            for o in c.get('outputs', []):
+                w = o.get('metadata', {}).get('image/png', {}).get('width')
+                if w and 'image/png' in o.get('data', {}):
+                    widths[re.sub(r'\s', '', _src(dict(source=o['data']['image/png'])))] = w
+    n = 0
+    def mark(m):
+        nonlocal n
+        w = widths.get(m[2])
+        if w is None: return m[0]
+        n += 1
+        return f'{m[1]} data-width="{int(w)}"'
+    for f in docs.glob('*.html'):
+        s = f.read_text()
+        new = re.sub(r'(<img src="data:image/png;base64,([^"]+)")', mark, s)
+        if new != s: f.write_text(new)
+    return n
+
 _re_ref = re.compile(r'''\s(href|src)="([^"]*)"''')
 _re_id = re.compile(r'''\sid="([^"]*)"''')
 
-def check_site(docs: Path, root: Path) -> list:
-    "Problems with the built site: notebooks without a page, links or resources that do not resolve, remote resources."
+def check_site(docs: Path, root: Path, counts: dict | None = None) -> list:
+    """Problems with the built site: notebooks without a page, links or resources that do not resolve, remote resources.
+    `counts`, when given, receives how many local links and resources were checked (`local`), and how many of them
+    point at an anchor (`anchors`)."""
     problems, ids = [], {}
+    n = counts if counts is not None else {}
+    n.update(local=0, anchors=0)
     for nb in notebooks(root):
         if not (docs / page_of(nb)).exists(): problems.append(f"{nb.name}: no page {page_of(nb)}")
     own = site_url()
@@ -138,10 +224,12 @@ def check_site(docs: Path, root: Path) -> list:
                 if kind == 'src' or re.search(rf'<link[^>]*href="{re.escape(ref)}"', text):
                     problems.append(f"{f.name}: remote resource (the site must work offline): {ref}")
                 continue
+            n['local'] += 1
             target = f if not u.path else (f.parent / unquote(u.path)).resolve()
             if not target.exists(): problems.append(f"{f.name}: {kind} to a missing file: {ref}"); continue
-            if u.fragment and target.suffix == '.html' and unquote(u.fragment) not in anchors(target):
-                problems.append(f"{f.name}: link to a missing anchor: {ref}")
+            if u.fragment and target.suffix == '.html':
+                n['anchors'] += 1
+                if unquote(u.fragment) not in anchors(target): problems.append(f"{f.name}: link to a missing anchor: {ref}")
         if 'class="math' in text and MATHJAX not in text: problems.append(f"{f.name}: has maths but no local MathJax")
     search = docs / 'search.json'
     if search.exists():
@@ -150,33 +238,116 @@ def check_site(docs: Path, root: Path) -> list:
             if href and not (docs / unquote(urlsplit(href).path)).exists(): problems.append(f"search.json: missing page {href}")
     return problems
 
-def build(root: Path = ROOT):
+# ===--- what nbdev's processing runs ---===
+
+def doc_eval(cell, flags: set):
+    """What the docs build runs of a notebook cell: the whole cell ('all'), its top-level imports only (a source string),
+    or nothing (None). nbdev would run every cell with an import in it, tests included, and GPU/vLLM cells too."""
+    from nbdev.processors import cell_lang, _show_docs
+    if cell.cell_type != 'code' or cell_lang(cell) != 'python' or not cell.source or 'nbdev_export' + '()' in cell.source: return
+    trees = cell.parsed_()
+    if not trees: return
+    d = cell.directives_
+    if d.get('eval:', [''])[0].lower() == 'false' or flags & d.keys(): return
+    if d.keys() & {'export', 'exports', 'exporti', 'exec_doc'} or _show_docs(trees): return 'all'
+    imps = [t for t in trees if isinstance(t, (ast.Import, ast.ImportFrom))]
+    if not imps: return
+    if len(imps) == len(trees): return 'all'
+    return '\n'.join(ast.get_source_segment(cell.source, t) for t in imps)
+
+class CellError(Exception):
+    "A notebook cell that failed while nbdev prepared its page."
+    def __init__(self, nb: str, idx: int, source: str, exc: BaseException):
+        self.nb, self.idx, self.source, self.exc = nb, idx, source, exc
+        line = next((l for l in source.splitlines() if l.strip() and not l.startswith('#|')), '')
+        frames = ''.join(traceback.format_exception(exc, limit=-2)).rstrip()
+        hint = (f"\n  (the docs build needs the package and its pinned [test] extra: {SETUP})"
+                if isinstance(exc, ModuleNotFoundError) else '')
+        super().__init__(f"{nb}, cell {idx} ({line.strip()[:100]}): {type(exc).__name__}: {exc}{hint}\n{frames}")
+
+def _patch_exec_show_docs(flags: set):
+    "Make nbdev's `exec_show_docs` processor run what `doc_eval` says, and fail with the notebook's file name."
+    from nbdev.processors import exec_show_docs
+    from fastcore.basics import str2bool
+    def __call__(self, cell):
+        if not self.nb.has_docs_ or not hasattr(self, 'k'): return
+        if str2bool(getattr(self.nb, 'frontmatter_', {}).get('skip_showdoc', False)): return
+        what = doc_eval(cell, flags)
+        if what is None: return
+        if what == 'all': self.k.cell(cell)
+        else: self.k.run(what)   # outputs not kept: the cell's saved outputs stay on the page
+        if self.k.exc: raise CellError(Path(self.nb.path_).name, cell.idx_, cell.source, self.k.exc)
+    exec_show_docs.__call__ = __call__
+
+@contextlib.contextmanager
+def _captured(log, on: bool = True):
+    "Send this process's stdout and stderr (Python's and C libraries') to the open binary file `log` while active."
+    if not on: yield; return
+    sys.stdout.flush(); sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(log.fileno(), 1); os.dup2(log.fileno(), 2)
+    try: yield
+    finally:
+        sys.stdout.flush(); sys.stderr.flush()
+        os.dup2(saved[0], 1); os.dup2(saved[1], 2)
+        os.close(saved[0]); os.close(saved[1])
+
+def _fail(msg: str, log=None):
+    "Print why the build failed (and the end of what the tools printed, when there was any) and exit 1."
+    if log is not None:
+        log.flush(); log.seek(0)
+        tail = log.read().decode(errors='replace').strip().splitlines()[-25:]
+        if tail: print("build_docs: the last lines nbdev/smalldocs printed:\n  " + "\n  ".join(tail), file=sys.stderr)
+    sys.exit(f"build_docs: FAILED: {msg}")
+
+def build(root: Path = ROOT, verbose: bool = False):
+    t0 = time.time()
     os.chdir(root)
     sys.path.insert(0, str(root))   # this checkout's package (and its _modidx, which nbdev's links read), whatever is installed
-    if write_readme(root): print("README.md regenerated from nbs/index.ipynb")
+    readme = "regenerated from nbs/index.ipynb" if write_readme(root) else "unchanged"
+    from nbdev.config import get_config
     from nbdev.quarto import refresh_quarto_yml, nbdev_sidebar
     from nbdev.doclinks import _build_modidx
     from nbdev.serve import proc_nbs
+    from smalldocs.site import build as render
     if not Path('nbs/_quarto.yml').resolve().samefile('_quarto.yml'):
         sys.exit("build_docs: nbs/_quarto.yml must be a link to the root _quarto.yml (the one file to edit)")
-    refresh_quarto_yml()
-    _build_modidx()
-    nbdev_sidebar.__wrapped__(force=True)
-    shutil.rmtree('_proc', ignore_errors=True)
-    proc_nbs(n_workers=0)   # worker processes die with BrokenProcessPool when fed on stdin
-    print(f"API links pointed at local pages: {rewrite_api_links(Path('_proc'), root)}")
-    subprocess.run([sys.executable, '-m', 'smalldocs.cli', 'render'], cwd='_proc', check=True)
+    flags = set(get_config().get('tst_flags', '').split())
+    _patch_exec_show_docs(flags)
+    log = tempfile.TemporaryFile()
+    try:
+        with _captured(log, not verbose):
+            refresh_quarto_yml()
+            _build_modidx()
+            nbdev_sidebar.__wrapped__(force=True)
+            shutil.rmtree('_proc', ignore_errors=True)
+            proc_nbs(n_workers=0)   # worker processes die with BrokenProcessPool when fed on stdin
+            n_links = rewrite_api_links(Path('_proc'), root)
+            site = render('_proc', quiet=True)
+    except CellError as e: _fail(f"a notebook cell failed while its page was prepared: {e}", log)
+    except BaseException as e:
+        _fail(f"{type(e).__name__}: {e}\n" + ''.join(traceback.format_exception(e, limit=-4)).rstrip(), log)
+    notices = [w for w in site.warnings if not KNOWN_NOTICES.search(w)]
+    for w in notices: print(f"build_docs: smalldocs warns: {w}", file=sys.stderr)
+    log.seek(0); Path('_proc/build_docs.log').write_bytes(log.read()); log.close()
     shutil.rmtree('_docs', ignore_errors=True)
     shutil.move('_proc/_docs', '_docs')
     docs = Path('_docs')
-    print(f"pages with maths (local MathJax): {install_mathjax(docs)}")
-    problems = check_site(docs, root)
+    n_math = install_mathjax(docs)
+    n_code = mark_code_lines(docs)
+    mark_image_widths(Path('_proc'), docs)
+    counts = {}
+    problems = check_site(docs, root, counts)
     pages = sorted(p.name for p in docs.glob('*.html'))
-    if problems or 'index.html' not in pages:
-        print("\n".join(problems) or "no index.html", file=sys.stderr)
-        sys.exit(f"docs check failed: {len(problems)} problem(s) in _docs/")
-    print(f"docs: {len(pages)} pages in _docs/, every link resolves ({', '.join(pages)})")
+    if 'index.html' not in pages: problems.append("no index.html")
+    if problems:
+        print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
+        _fail(f"{len(problems)} problem(s) in _docs/ (listed above)")
+    print(f"docs: {len(pages)} pages in _docs/ ({len(notebooks(root))} notebooks), {counts['local']:,} local links and "
+          f"resources checked ({counts['anchors']:,} to anchors, {n_links} API links pointed at local pages), "
+          f"all resolve; nothing remote loaded; maths on {n_math} pages, {n_code:,} code blocks; README.md {readme}"
+          f"{f'; {len(notices)} smalldocs warning(s) above' if notices else ''}; {time.time() - t0:.0f} s")
 
 if __name__ == '__main__':
     _reexec_in_venv()
-    build()
+    build(verbose='--verbose' in sys.argv[1:] or '-v' in sys.argv[1:])

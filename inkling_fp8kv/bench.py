@@ -1078,17 +1078,17 @@ def plot_write_path(res: dict):
     df = pd.DataFrame([dict(case=r["case"], tokens=f"{r['tokens']:,}", ratio=r["graph_ratio"]) for r in ok])
     bw = pd.DataFrame([dict(case=r["case"], dtype=t, pct=100 * r[f"{t}_graph_bw_frac"]) for r in ok if r["tokens"] == big_T
                        for t in ("bf16", "fp8", "fp8c") if r.get(f"{t}_graph_bw_frac") is not None])
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 3.8))
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(7.2, 7.6))
     sns.barplot(df, x="case", y="ratio", hue="tokens", ax=a1, palette="crest")
     for y, ls, lab in ((WRITE_TARGETS["median_ratio"], "--", "median target"), (WRITE_TARGETS["max_ratio"], ":", "worst-case target")):
         a1.axhline(y, color="k", ls=ls, lw=1, label=lab)
     a1.set(ylim=(0.8, 1.1), ylabel="fp8 / bf16 (CUDA graphs)", title="write path: fp8 time over bf16 time")
-    a1.legend(fontsize=7, ncol=2, loc="lower left")
+    a1.legend(fontsize=8, ncol=2, loc="lower left")
     sns.barplot(bw, x="case", y="pct", hue="dtype", ax=a2, palette="Set2")
     a2.axhline(100 * WRITE_TARGETS["bw_frac_16k"], color="k", ls="--", lw=1, label="target")
     a2.axhline(100 * res["fill_tbs"] / res["copy_tbs"], color="C3", ls=":", lw=1, label="fill (write-only)")
     a2.set(ylim=(0, 100), ylabel="% of copy bandwidth", title=f"{big_T:,} tokens: bytes moved over time")
-    a2.legend(fontsize=7, ncol=2, loc="lower left")
+    a2.legend(fontsize=8, ncol=2, loc="lower left")
     for a in (a1, a2): a.tick_params(axis="x", labelsize=8); a.set_xlabel("")
     fig.tight_layout()
     return fig
@@ -1154,8 +1154,8 @@ def plot_layer(res: dict):
     "Each layer's time split into its parts, beside the captured layer's replay."
     import matplotlib.pyplot as plt
     rows = res["rows"]
-    fig, ax = plt.subplots(figsize=(12, 0.45 * len(rows) + 1.2))
-    labels = [f"{r['geometry'].split(':')[0]} · {r['case']} · {r['dtype']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(7.2, 0.45 * len(rows) + 1.8))
+    labels = [f"{r['geometry'].split(':')[0]} · {r['case']}\n{r['dtype']}" for r in rows]
     left = [0.0] * len(rows)
     for i, part in enumerate(("prep", "quantize_query", "attention")):
         w = [r.get(f"{part}_us", 0.0) for r in rows]
@@ -1163,7 +1163,7 @@ def plot_layer(res: dict):
         left = [a + b for a, b in zip(left, w)]
     ax.scatter([r["replay_only_us"] for r in rows], labels, color="k", marker="|", s=300, zorder=3, label="the layer, one graph")
     ax.set(xscale="log", xlabel="µs (log)", title="one attention layer: its parts, and the layer captured whole")
-    ax.invert_yaxis(); ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.invert_yaxis(); ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     fig.tight_layout()
     return fig
 

@@ -312,7 +312,7 @@ def plot_fp8_gain(rows: list, *, title: str | None = None):
     df["max_model_len"] = df["max_model_len"].map(label)
     order = list(dict.fromkeys(label(r["max_model_len"]) for r in rows))
     cols = sorted({r["max_num_batched_tokens"] for r in rows})
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw=dict(width_ratios=[1.1, 1]))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 9.6))
     heat = df.pivot(index="max_model_len", columns="max_num_batched_tokens", values="gain %").reindex(index=order, columns=cols)
     sns.heatmap(heat, annot=True, fmt=".1f", cmap="viridis", cbar_kws=dict(label="fp8 pool gain (%)"), ax=ax1)
     for y, mml in enumerate(order):            # the cells without a number: a setting the budget cannot hold, or one not asked for
@@ -325,7 +325,7 @@ def plot_fp8_gain(rows: list, *, title: str | None = None):
                     size="max_num_batched_tokens", sizes=(30, 160), palette="viridis", ax=ax2)
     ax2.plot([0, 100], [100, 0], color="0.6", lw=1, ls="--", zorder=0, label="gain = 1 − conv share")
     ax2.set(xlim=(0, 100), ylim=(0, 100), title="the gain is what the conv reserve leaves to attention")
-    ax2.legend(fontsize=7, loc="upper right")
+    ax2.legend(fontsize=8, loc="upper right")
     if title: fig.suptitle(title)
     fig.tight_layout()
     return fig

@@ -180,7 +180,7 @@ def passkey_accuracy(model, prompts: dict, *, chunk: int, max_num_seqs: int = 64
         out[d] = passkey_correct(eng.generate(P["prompts"], 6), P["keys"])
     return out
 
-# %% ../nbs/13_evaluate.ipynb #faf38428
+# %% ../nbs/13_evaluate.ipynb #5da08936
 def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = False, calibration=None, max_len: int | None = None,
               passkey_depths=(), passkey_n: int = 50, passkey_seed: int = 7000, passkey_documents=None, n_boot: int | None = None,
               seed: int = 0, kernels: str = "auto", reuse: dict | None = None, progress: bool = False) -> dict:
@@ -355,7 +355,7 @@ def dose_findings(dr: dict) -> list:
                    f"(its V scale is amax/100 against our max(1, 1.3·amax/448): coarser steps and more flush-to-zero).")
     return out
 
-# %% ../nbs/13_evaluate.ipynb #1a73b5a8
+# %% ../nbs/13_evaluate.ipynb #9db13f9d
 def quick_texts(n: int = 3, size: int = 1500) -> list:
     "`n` passages of `size` bytes of held-out prose (from the middle of the first `n` books): the quick form's texts."
     return [t[len(t) // 2:len(t) // 2 + size] for _, t in heldout_documents()[:n]]

@@ -18,8 +18,8 @@ __all__ = ['HEADER_KEYS', 'TIMINGS', 'WRITE_TOKENS', 'WRITE_SCALES', 'WRITE_TARG
            'run_suite', 'script_main', 'provenance', 'write_path_table', 'write_path_reading', 'write_sweep_reading',
            'plot_write_path', 'render_write_path', 'render_write_path_parts', 'render_layer', 'plot_layer',
            'render_peers', 'plot_peers', 'attention_tables', 'attention_reading', 'plot_attention', 'render_attention',
-           'render_decode_splits', 'render_notes', 'render_engine', 'render_evaluate', 'render_sm90',
-           'summary_markdown']
+           'render_decode_splits', 'render_notes', 'render_engine', 'render_evaluate', 'render_gpu_tests',
+           'render_sm90', 'summary_markdown']
 
 # %% ../nbs/15_bench.ipynb #5fe0f1e6
 import argparse, contextlib, datetime, json, math, os, platform, statistics, subprocess, sys, tempfile, time
@@ -1358,14 +1358,19 @@ def render_engine(r: dict) -> str:
                          _table(["KV", "output tok/s", "prefill tok/s", "decode step ms", budget, "plan_pool"], rows)])
 
 def render_evaluate(r: dict) -> str:
-    "The paired evaluation (`tools/evaluate_tiny.py`): accuracy by depth and band verdicts per arm (the 13 page reads it in full)."
-    e, rows = r["env"], []
-    for name, m in r["models"].items():
-        for arm, a in m["arm"].items():
-            rows.append([name, arm, " / ".join(f"{a['accuracy'][str(d)]:.1%}" for d in m["depths"]), "yes" if a["inside_band"] else "no"])
-    d = next(iter(r["models"].values()))["depths"]
-    return "\n\n".join([f"{e['gpu']}, torch {e['torch']}, {e['date']}; command `{e['command']}` (see [evaluate](13_evaluate.html)).",
-                         _table(["model", "arm", "accuracy @ " + " / ".join(map(str, d)), "inside the control band"], rows)])
+    "The KL instrument's full run (`tools/evaluate_tiny.py`): mean KL per arm at each dose, and the findings (13 reads it in full)."
+    from inkling_fp8kv.evaluate import dose_findings
+    arms = [a for a in r["dose_response"][0]["arms"] if a != "bf16"]
+    rows = [["clean" if d["family"] == "clean" else f"{d['channels']} ch × {d['factor']:g}", f"{d['v_clip_unity']:.1e}"] +
+            [f"{d['arms'][a]['kld_mean']:.1e}" + ("" if d["arms"][a]["inside_band"] else " *") for a in arms] for d in r["dose_response"]]
+    return "\n\n".join([provenance(r) + " Mean KL(bf16 ‖ arm), nats per byte; * outside the band (see [evaluate](13_evaluate.html)).",
+                         _table(["planted V outliers", "V clip @ unity"] + arms, rows),
+                         "\n".join(f"- {s}" for s in dose_findings(dict(rows=r["dose_response"], band=r["dose_meta"]["band"])))])
+
+def render_gpu_tests(r: dict) -> str:
+    "A run of the notebooks' GPU tests (`tools/test_gpu.sh`): which passed, how long each took."
+    return "\n\n".join([provenance(r) + f" {r['summary']}; {r['kernel']}.",
+                         _table(["notebook", "result", "seconds"], [[n["notebook"], n["result"], n["seconds"]] for n in r["notebooks"]])])
 
 def render_sm90(res: dict) -> str:
     "The fast path's targets met or missed, its prefill table against every peer, and the grid's fp8-over-bf16 extremes."
@@ -1418,7 +1423,7 @@ def render_sm90(res: dict) -> str:
 
 RENDER = dict(write_path=render_write_path, write_path_parts=render_write_path_parts, layer=render_layer, fa4_peer=render_peers,
               attention=render_attention, decode_splits=render_decode_splits,
-              engine=render_engine, evaluate=render_evaluate, attention_sm90=render_sm90)
+              engine=render_engine, evaluate=render_evaluate, attention_sm90=render_sm90, gpu_tests=render_gpu_tests)
 
 def summary_markdown(name: str, res: dict) -> str:
     "The rendering of suite `name`'s results (what the scripts and the `bench` command print after a run)."

@@ -1338,7 +1338,7 @@ def render_notes(notes: dict) -> str:
     "What each lab-notes record says about itself: its date and its note, purpose, variant, outcome or description."
     out = []
     for fname, d in notes.items():
-        out.append(f"**`bench/notes/{fname}.json`** ({d.get('gpu', '?')}, torch {d.get('torch', '?')}, Triton {d.get('triton', '?')}, {_day(d)}): "
+        out.append(f"**`bench/notes/{fname}.json.gz`** ({d.get('gpu', '?')}, torch {d.get('torch', '?')}, Triton {d.get('triton', '?')}, {_day(d)}): "
                    + (d.get("note") or d.get("purpose") or ""))
         for k, v in d.items():
             if not isinstance(v, dict): continue

@@ -476,15 +476,6 @@ def markdown_table(rows: list, fmt=None) -> str:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(f(r[h]) for h in head) + " |" for r in rows])
 
 # %% ../nbs/10_calibrate.ipynb #a5331682
-def _text_batches(texts: list, num_samples: int, max_len: int) -> list:
-    "Texts as byte sequences (BOS + at most `max_len - 1` bytes each), consecutive segments, at most `num_samples`."
-    from inkling_fp8kv.model import BOS, encode
-    out = []
-    for t in texts:
-        b = encode(t)
-        out += [[BOS, *b[s:s + max_len - 1]] for s in range(0, len(b), max_len - 1)]
-    return out[:num_samples]
-
 def _read_calibration_file(p: Path) -> list:
     "A `.txt` file (one text), or JSONL: each line a token-id list or an object with a `text` field (not mixed)."
     try: raw = p.read_text(encoding="utf-8")
@@ -507,14 +498,15 @@ def calibration_batches(*, data=None, num_samples: int = 16, max_len: int = 2048
     token-id lists (`.jsonl`, one list per line), else the text shipped for calibration (`model.calibration_text()`, from
     training books, none of it held out); texts are encoded as bytes in segments of at most `max_len` ids."""
     if not isinstance(num_samples, int) or num_samples < 1: raise CheckpointError(f"num_samples must be a positive int, got {num_samples!r}")
+    from inkling_fp8kv.model import text_sequences
     if data is None:
         from inkling_fp8kv.model import calibration_text
-        return _text_batches([calibration_text()], num_samples, max_len)
+        return text_sequences([calibration_text()], max_len)[:num_samples]
     p = Path(data)
     items = _read_calibration_file(p)
     if not items: raise CheckpointError(f"{p}: no calibration text or token lists")
     if isinstance(items[0], list): return items[:num_samples]
-    return _text_batches(items, num_samples, max_len)
+    return text_sequences(items, max_len)[:num_samples]
 
 def check_out_folder(out, *, empty: bool = False, staged: bool = False, what: str = "output folder") -> Path:
     """`out` resolved, checked before any work: not a file, empty if `empty`, and writable where it will be made (its

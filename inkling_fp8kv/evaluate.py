@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from .model import (BOS, Engine, InklingLM, calibration_text, encode, heldout_documents, passkey_correct, planted_rows,
-                                 passkey_prompts, plant_v_outliers, tiny_checkpoint)
+                                 passkey_prompts, plant_v_outliers, text_segments, text_sequences, tiny_checkpoint)
 from .calibrate import observe_kv_ranges, scale_from_amax
 from .numerics import band_stats
 
@@ -102,11 +102,7 @@ def inside_band(s: dict, band: dict) -> dict:
 # %% ../nbs/13_evaluate.ipynb #c1fe1242
 def _segments(texts, max_len: int) -> list:
     "Each text as byte segments of at most `max_len - 1` bytes (each is scored after a BOS of its own)."
-    out = []
-    for t in texts:
-        b = encode(t)
-        out.append([b[s:s + max_len - 1] for s in range(0, len(b), max_len - 1)] or [[]])
-    return out
+    return [text_segments(t, max_len) or [[]] for t in texts]
 
 def score_documents(model, segs: list, *, chunk: int, prefix: list = (), max_num_seqs: int = 64) -> list:
     "Teacher-forced next-byte distributions of every byte of every document: per document `lp`, `logp`, `top1`, `pos`."
@@ -198,7 +194,7 @@ def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = 
     chunk = 2048 if dev.type == "cpu" else 8192
     n_boot = n_boot or (200 if quick else 1000)
     cal_text = calibration if calibration is not None else [calibration_text()[:4096 if quick else None]]
-    cal = [[BOS, *s] for ss in _segments(cal_text, max_len) for s in ss]
+    cal = text_sequences(cal_text, max_len)
     scales, ranges = arm_scales(checkpoint, cal, first_batch_tokens=chunk, kernels=kern, device=dev)
     segs = _segments(texts, max_len)
     reuse = {} if reuse is None else reuse
@@ -310,7 +306,7 @@ def dose_response(checkpoint, texts: list, *, doses=None, workdir=None, device=N
     wd = Path(workdir or tempfile.mkdtemp())
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     kern = "reference" if dev.type == "cpu" else "triton"
-    cal = [[BOS, *s] for ss in _segments([calibration_text()[:8192 if quick else None]], 2048 if quick else 4096) for s in ss]
+    cal = text_sequences([calibration_text()[:8192 if quick else None]], 2048 if quick else 4096)
     doses = design_doses(checkpoint, cal, kernels=kern, device=dev) if doses is None else list(doses)
     reuse = {}
     opts = dict(device=dev, quick=quick, passkey_depths=passkey_depths, passkey_n=passkey_n, reuse=reuse, **kw)
@@ -368,7 +364,7 @@ def quick_eval(*, device=None, workdir=None, progress: bool = False) -> dict:
     wd = Path(workdir or tempfile.mkdtemp())
     texts = quick_texts()
     clean = text_eval(tiny_checkpoint(), texts, quick=True, device=dev, kernels=kern)
-    cal = [[BOS, *s] for ss in _segments([calibration_text()[:4096]], 2048) for s in ss]
+    cal = text_sequences([calibration_text()[:4096]], 2048)
     dose = design_doses(tiny_checkpoint(), cal, plan=(("upstream", 9.1e-4),), kernels=kern, device=dev)[0]
     plant_v_outliers(tiny_checkpoint(), wd / "upstream", channels=dose["channels"], factor=dose["factor"])
     plant = text_eval(wd / "upstream", texts, quick=True, device=dev, kernels=kern)

@@ -18,11 +18,11 @@ from .reference import BlockAllocator, build_batch, rms_norm, sconv_paged, SCONV
 
 # %% auto #0
 __all__ = ['NUM_BYTES', 'BOS', 'PAD', 'TEXT_VOCAB', 'PASSKEY_SENTENCE', 'PASSKEY_QUESTION', 'MAX_SHARD_BYTES', 'encode', 'decode',
-           'heldout_documents', 'calibration_text', 'modern_prose', 'passkey_sequence', 'passkey_prompts',
-           'passkey_correct', 'tiny_lm_config', 'InklingBlockAttention', 'InklingMLP', 'InklingDecoderLayer',
-           'InklingLM', 'rel_bias_dense', 'dense_attention', 'dense_logits', 'ModelBatch', 'config_to_json',
-           'config_from_json', 'declared_kv_cache_dtype', 'Request', 'Engine', 'tiny_checkpoint', 'train_log',
-           'planted_rows', 'plant_v_outliers']
+           'text_segments', 'text_sequences', 'heldout_documents', 'calibration_text', 'modern_prose',
+           'passkey_sequence', 'passkey_prompts', 'passkey_correct', 'tiny_lm_config', 'InklingBlockAttention',
+           'InklingMLP', 'InklingDecoderLayer', 'InklingLM', 'rel_bias_dense', 'dense_attention', 'dense_logits',
+           'ModelBatch', 'config_to_json', 'config_from_json', 'declared_kv_cache_dtype', 'Request', 'Engine',
+           'tiny_checkpoint', 'train_log', 'planted_rows', 'plant_v_outliers']
 
 # %% ../nbs/12_model.ipynb #8a1435eb
 NUM_BYTES = 256
@@ -39,6 +39,16 @@ def encode(text: str) -> list[int]:
 def decode(ids) -> str:
     "The text of byte ids (specials dropped; an incomplete UTF-8 sequence, as a model may generate, shows as U+FFFD)."
     return bytes(int(i) for i in ids if 0 <= int(i) < NUM_BYTES).decode("utf-8", errors="replace")
+
+def text_segments(text: str, max_len: int) -> list:
+    "The bytes of `text` in consecutive segments of at most `max_len - 1` ids (room for a BOS each)."
+    if max_len < 2: raise ValueError(f"max_len={max_len} leaves no room for a byte after BOS")
+    b = encode(text)
+    return [b[s:s + max_len - 1] for s in range(0, len(b), max_len - 1)]
+
+def text_sequences(texts, max_len: int) -> list:
+    "Every text's segments as sequences of at most `max_len` ids, each after a BOS of its own, in order."
+    return [[BOS, *seg] for t in texts for seg in text_segments(t, max_len)]
 
 def _data_dir() -> Path:
     import inkling_fp8kv

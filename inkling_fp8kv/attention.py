@@ -12,7 +12,9 @@ import torch
 import triton
 import triton.language as tl
 from .numerics import E4M3_DTYPE, tl_quantize_e4m3, triton_target
-from .rescale import MAX_OFFSET, SAFE_RESCALE_THRESHOLD, check_rescale_threshold, LOG2E
+from .rescale import MAX_OFFSET, SAFE_RESCALE_THRESHOLD, check_rescale_threshold, LOG2E, lazy_rescale_max
+
+_LOG2E = tl.constexpr(LOG2E)     # a Triton global must be a constexpr
 
 # %% ../nbs/07_attention.ipynb #9cc96680
 @triton.jit
@@ -65,16 +67,13 @@ def _tile(q, k, v, acc, l_i, m_i, REL, kv_len, j0, pos, tok_rel_off, row_valid, 
         d = pos[:, None] - offs_n[None, :]
         in_e = (d >= 0) & (d < E) & row_valid[:, None]
         rel = tl.load(REL + tok_rel_off[:, None] + d, mask=in_e, other=0.0).to(tl.float32)
-        s = s + rel * 1.4426950408889634  # bias in nats -> log2 units
+        s = s + rel * _LOG2E  # bias in nats -> log2 units
         vis = (d >= 0) & (offs_n < kv_len)[None, :]
         if HAS_WINDOW:
             vis = vis & (d < W)
         s = tl.where(vis, s, float("-inf"))
     m_tile = tl.max(s, 1)
-    m_cand = tl.maximum(m_i, m_tile)
-    upd = (m_cand > m_i + threshold) | (m_i == float("-inf"))
-    m_new = tl.where(upd, m_cand, m_i)
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    m_new, m_safe, upd = lazy_rescale_max(m_i, m_tile, threshold)     # the rule and its bound: notebook 06
     if LAZY_SKIP:
         # lazy rescale: touch the accumulator only when some row's max moved by more than the threshold
         if tl.max(upd.to(tl.int32), 0) > 0:
@@ -413,7 +412,7 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
         why = (attention_sm90.sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=out)
                if fast_path or attention_sm90.auto_selects(q.device) else "not picked automatically here")
         if why is None:
-            return attention_sm90._prefill_sm90_launch(q, k_cache, v_cache, rel_logits, block_table=block_table, seq_lens=seq_lens,
+            return attention_sm90.launch_prefill_sm90(q, k_cache, v_cache, rel_logits, block_table=block_table, seq_lens=seq_lens,
                                                        cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
                                                        window=window, v_scale=v_scale, threshold=threshold, out=out)
         if fast_path: raise NotImplementedError(f"fast_path=True, but the SM90 prefill kernel cannot run this call: {why}")

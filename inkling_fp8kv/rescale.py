@@ -4,13 +4,15 @@
 
 # %% auto #0
 __all__ = ['MAX_OFFSET', 'SAFE_RESCALE_THRESHOLD', 'LOG2E', 'STRESS_MAX_ABS', 'STRESS_REL_FRO', 'max_rescale_threshold',
-           'check_rescale_threshold', 'emulate_online_softmax', 'reference_softmax_attention', 'reference_lse',
-           'p_rounding_bound', 'rel_bias_matrix', 'bias_stress_case', 'reference_case', 'emulate_case',
+           'check_rescale_threshold', 'lazy_rescale_max', 'emulate_online_softmax', 'reference_softmax_attention',
+           'reference_lse', 'p_rounding_bound', 'rel_bias_matrix', 'bias_stress_case', 'reference_case', 'emulate_case',
            'attention_errors']
 
 # %% ../nbs/06_rescale_bound.ipynb #8394f9af
 import math, numbers
 import torch
+import triton
+import triton.language as tl
 from .numerics import E4M3_MAX, quantize_e4m3
 
 # %% ../nbs/06_rescale_bound.ipynb #45ae9881
@@ -36,6 +38,15 @@ def check_rescale_threshold(threshold: float, *, max_offset: float = MAX_OFFSET,
                          f"to {fp8_max:g}, silently corrupting the output. Use a threshold <= {bound:.4f} "
                          f"(shipped: {SAFE_RESCALE_THRESHOLD}), or pass unsafe_threshold=True for experiments.")
     return float(threshold)
+
+# %% ../nbs/06_rescale_bound.ipynb #afa06561
+@triton.jit
+def lazy_rescale_max(m_i, m_tile, threshold):
+    "`(m_new, m_safe, moved)`: the row max moves only past `threshold` (log2 units) or from -inf; `m_safe` reads -inf as 0."
+    m_cand = tl.maximum(m_i, m_tile)
+    moved = (m_cand > m_i + threshold) | (m_i == float("-inf"))
+    m_new = tl.where(moved, m_cand, m_i)
+    return m_new, tl.where(m_new == float("-inf"), 0.0, m_new), moved
 
 # %% ../nbs/06_rescale_bound.ipynb #a77e2629
 _P_DTYPES = ("e4m3", "bf16")

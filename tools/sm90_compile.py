@@ -1,0 +1,92 @@
+"""Compile the SM90 Gluon prefill kernel for sm_90a on any machine (no GPU needed: Triton's compiler and its bundled
+ptxas), and print one JSON line per build: its wgmma shapes and types, TMA copies, shared memory, registers, and the
+sha256 of the cubin. Notebook 07c's CPU test runs it; run it without TRITON_INTERPRET.
+
+  python tools/sm90_compile.py '[{"page": 64, "window": null}, ...]'     # builds (optional "path": a variant module)
+  python tools/sm90_compile.py --record bench/results/sm90_cubins.json   # the shipped builds' cubin hashes under
+                                                                         # this Triton, added to the record
+"""
+import datetime, hashlib, importlib.util, json, os, re, subprocess, sys, tempfile, time
+from pathlib import Path
+os.environ["TRITON_DISABLE_LINE_INFO"] = "1"     # a script, not the library: cubins without line tables, so that their
+                                                 # hashes change with the code and not with where it sits in the file
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from inkling_fp8kv.numerics import E4M3_DTYPE
+from inkling_fp8kv.reference import alloc_kv_cache
+
+# the builds the record covers: global and window layers, pages of 64 and 16 (G = 8, Hkv = 2, E = 1024)
+SHIPPED = [dict(page=p, window=w) for p in (64, 16) for w in (None, 512)]
+TYPES = {E4M3_DTYPE: "fp8e4nv", torch.bfloat16: "bf16", torch.int32: "i32", torch.float32: "fp32"}
+
+def arg_type(x):
+    if isinstance(x, torch.Tensor): return "*" + TYPES[x.dtype]
+    if isinstance(x, TensorDescriptor): return f"tensordesc<{TYPES[x.base.dtype]}{list(x.block_shape)},{x.layout!r}>"
+    if isinstance(x, float): return "fp32"
+    return "i32" if -2 ** 31 <= x < 2 ** 31 else "i64"
+
+def load(path):
+    if path is None:
+        import inkling_fp8kv.attention_sm90 as m
+        return m
+    spec = importlib.util.spec_from_file_location("inkling_fp8kv._sm90_variant", path)
+    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+    return m
+
+def case_key(page, window) -> str: return f"page {page}, " + (f"window {window}" if window else "global")
+
+def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8):
+    m = load(path)
+    _, kc, vc = alloc_kv_cache(4, page, Hkv, dtype=E4M3_DTYPE)
+    q = torch.zeros(T, G * Hkv, 128, dtype=torch.uint8).view(E4M3_DTYPE)
+    i32 = lambda *x: torch.tensor(x, dtype=torch.int32)
+    grid, args, meta = m._launch_args(q, kc, vc, torch.zeros(T, G * Hkv, E, dtype=torch.bfloat16),
+                                      block_table=i32(0, 1, 2, 3)[None], seq_lens=i32(T), cu_seqlens_q=i32(0, T),
+                                      max_seqlen_q=T, softmax_scale=1 / 128, window=window, v_scale=1.0, threshold=0.75,
+                                      out=torch.zeros(T, G * Hkv, 128, dtype=torch.bfloat16))
+    fn, names = m._prefill_sm90_kernel, m._prefill_sm90_kernel.arg_names
+    values = dict(zip(names, args))
+    sig = {n: "constexpr" if n in meta else arg_type(values[n]) for n in names}
+    t0 = time.time()
+    k = triton.compile(GluonASTSource(fn, sig, {(names.index(n),): v for n, v in meta.items()}),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=meta["num_warps"], maxnreg=m._MAXNREG))
+    secs = time.time() - t0
+    ptx = k.asm["ptx"]
+    mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.(\w+)\.(\w+)\.(\w+)", ptx)
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"]); f.flush()
+        res = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    use = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", res))
+    # P.V's wgmmas (N = 64, a half of D) and how many start from a zero accumulator (scale-d, third operand from the end, 0)
+    pv = [l.rstrip().rstrip(";").split(",")[-3].strip() for l in ptx.splitlines()
+          if "wgmma.mma_async" in l and ".m64n64k32." in l]
+    return dict(variant="one-level" if path else "shipped", page=page, window=window, seconds=round(secs, 2),
+                wgmma=sorted({s for s, *_ in mma}), wgmma_types=sorted({".".join(t) for _, *t in mma}),
+                tma=ptx.count("cp.async.bulk.tensor"), shared=k.metadata.shared, qgmma=sass.count("QGMMA"),
+                setmaxreg=sass.count("SETMAXREG"), pv_mma=len(pv), pv_fresh=sum(x == "0" for x in pv),
+                regs=int(use["REG"]), stack=int(use["STACK"]), local=int(use.get("LOCAL", 0)),
+                cubin_sha256=hashlib.sha256(k.asm["cubin"]).hexdigest())
+
+def record(path: Path):
+    "Add this Triton's cubin hashes of the shipped builds to the record at `path` (written atomically)."
+    rec = json.loads(path.read_text()) if path.exists() else dict(
+        what="sha256 of the SM90 kernel's sm_90a cubins, per Triton version, for the kernel verified on the H200 "
+             "(bench/results/gpu_tests.json); notebook 07c's CPU test compares the shipped kernel against them",
+        builds={})
+    rec["builds"][triton.__version__] = {case_key(**c): build(**c)["cubin_sha256"] for c in SHIPPED}
+    rec.setdefault("recorded", {})[triton.__version__] = dict(date=datetime.date.today().isoformat(),
+                                                              command="python tools/sm90_compile.py --record " + str(path))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(rec, indent=1) + "\n")
+    os.replace(tmp, path)
+    print(json.dumps(rec["builds"][triton.__version__], indent=1))
+
+if __name__ == "__main__":
+    if os.environ.get("TRITON_INTERPRET") == "1": sys.exit("unset TRITON_INTERPRET: Triton reads it at import")
+    if sys.argv[1:2] == ["--record"]: record(Path(sys.argv[2]))
+    else:
+        for case in json.loads(sys.argv[1]): print(json.dumps(build(**case)), flush=True)

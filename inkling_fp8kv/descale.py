@@ -8,37 +8,27 @@ __all__ = ['quantize_query', 'fold_descales', 'apply_v_scale']
 # %% ../nbs/05_descale.ipynb #d3eb9e0e
 import math
 import torch
-from .numerics import E4M3_DTYPE, E4M3_MAX, check_scale_range
+from .numerics import E4M3_DTYPE, E4M3_MAX, check_scale_range, scale_value
 
 # %% ../nbs/05_descale.ipynb #aaec7e45
-def _scale_value(name: str, scale) -> float:
-    "A per-tensor scale as a Python float; ValueError naming it unless it is one finite value > 0."
-    if isinstance(scale, torch.Tensor):
-        if scale.numel() != 1: raise ValueError(f"{name} must be a per-tensor scalar, got shape {tuple(scale.shape)}")
-        scale = scale.reshape(()).item()
-    try: v = float(scale)
-    except (TypeError, ValueError): raise ValueError(f"{name} must be a number or a one-element tensor, got {scale!r}") from None
-    if not (math.isfinite(v) and v > 0): raise ValueError(f"{name} must be finite and > 0, got {v}")
-    return v
-
 def quantize_query(q: torch.Tensor, q_scale, *, validate: bool = True) -> torch.Tensor:
     """Static per-tensor e4m3 query, as vLLM's `QuantFP8`: `e4m3(clamp(float(q) · fp32(1/q_scale), ±448))`.
     A tensor `q_scale` is checked with one host sync unless `validate=False` (the trusted path: no sync)."""
     if isinstance(q_scale, torch.Tensor):
         if q_scale.numel() != 1: raise ValueError(f"q_scale must be a per-tensor scalar, got shape {tuple(q_scale.shape)}")
-        if validate: check_scale_range('q_scale', _scale_value('q_scale', q_scale))
+        if validate: check_scale_range('q_scale', scale_value('q_scale', q_scale))
         s = q_scale.to(device=q.device, dtype=torch.float32).reshape(())
     else:
-        s = torch.tensor(check_scale_range('q_scale', _scale_value('q_scale', q_scale)), dtype=torch.float32, device=q.device)
+        s = torch.tensor(check_scale_range('q_scale', scale_value('q_scale', q_scale)), dtype=torch.float32, device=q.device)
     return (q.to(torch.float32) * s.reciprocal()).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3_DTYPE)
 
 
 # %% ../nbs/05_descale.ipynb #4c60fae6
 def fold_descales(softmax_scale, q_scale, k_scale) -> float:
     "`softmax_scale · q_scale · k_scale`: the softmax scale for fp8 q·k; each factor finite and > 0."
-    return _scale_value('softmax_scale', softmax_scale) * _scale_value('q_scale', q_scale) * _scale_value('k_scale', k_scale)
+    return scale_value('softmax_scale', softmax_scale) * scale_value('q_scale', q_scale) * scale_value('k_scale', k_scale)
 
 def apply_v_scale(out: torch.Tensor, v_scale, inplace: bool = False) -> torch.Tensor:
     "The V descale on the attention output: `out · v_scale` (attention is linear in V); in place if `inplace`."
-    v = _scale_value('v_scale', v_scale)
+    v = scale_value('v_scale', v_scale)
     return out.mul_(v) if inplace else out * v

@@ -4,12 +4,12 @@
 
 # %% auto #0
 __all__ = ['E4M3_MAX', 'E4M3_MIN_NORMAL', 'E4M3_MIN_SUBNORMAL', 'E4M3_MANTISSA_BITS', 'E4M3_EXP_BIAS', 'E4M3_NAN_CODE',
-           'E4M3_DTYPE', 'SCALE_RANGE', 'e4m3_value', 'e4m3_grid', 'check_scale_range', 'quantize_e4m3',
+           'E4M3_DTYPE', 'SCALE_RANGE', 'e4m3_value', 'e4m3_grid', 'scale_value', 'check_scale_range', 'quantize_e4m3',
            'dequantize_e4m3', 'tl_quantize_e4m3', 'tl_rcp_scale', 'tl_div_scale', 'tl_div_scale_bf16', 'triton_target',
            'kernel_device', 'quantize_e4m3_triton', 'band_stats']
 
 # %% ../nbs/00_numerics.ipynb #9f9e4319
-import math, os
+import math, numbers, os, struct
 import torch
 import triton
 import triton.language as tl
@@ -35,12 +35,36 @@ def e4m3_grid() -> torch.Tensor:
     "All finite non-negative e4m3fn values, ascending, as float64 (index = code)."
     return torch.tensor([e4m3_value(c) for c in range(0x7F)], dtype=torch.float64)
 
+# %% ../nbs/00_numerics.ipynb #896d6efe
+def _fp32(v: float) -> float:
+    "`v` rounded to fp32 (to nearest even), `±inf` past fp32's range."
+    try: return struct.unpack("<f", struct.pack("<f", v))[0]
+    except OverflowError: return math.copysign(math.inf, v)
+
+def scale_value(name: str, scale) -> float:
+    "A per-tensor scale as the fp32 value kernels hold; ValueError naming `name` unless one finite value > 0 in fp32."
+    if isinstance(scale, bool): raise ValueError(f"{name}={scale!r}: a scale is a number, not a bool")
+    if isinstance(scale, torch.Tensor):
+        if scale.numel() != 1:
+            raise ValueError(f"{name} must be a per-tensor scalar, got shape {tuple(scale.shape)}: KV scales are "
+                             "per-tensor (one value); per-channel or per-head scales are not supported")
+        if not scale.dtype.is_floating_point:
+            raise ValueError(f"{name} has dtype {scale.dtype}: a scale must be floating point")
+        scale = scale.reshape(()).item()               # one host sync for a tensor on a GPU
+    elif not isinstance(scale, numbers.Real):
+        raise ValueError(f"{name} is a {type(scale).__name__}: expected a number or a one-element floating tensor")
+    try: v = float(scale)
+    except OverflowError: v = math.inf                 # an int past float64's range
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {v} (a scale is a dequant multiplier: stored = x / scale)")
+    v32 = _fp32(v)
+    if not (math.isfinite(v32) and v32 > 0):
+        raise ValueError(f"{name} must be finite and > 0 in fp32, the dtype of the scale buffers and kernels: "
+                         f"{v} becomes {v32}")
+    return v32
+
 # %% ../nbs/00_numerics.ipynb #7608f90f
-def _as_scale(scale) -> torch.Tensor:
-    s = torch.as_tensor(scale, dtype=torch.float32)
-    if s.numel() != 1: raise ValueError(f"scale must be a per-tensor scalar, got shape {tuple(s.shape)}")
-    if not (torch.isfinite(s).all() and (s > 0).all()): raise ValueError(f"scale must be finite and > 0, got {s.item()}")
-    return s.reshape(())
+def _as_scale(scale) -> torch.Tensor: return torch.tensor(scale_value("scale", scale), dtype=torch.float32)
 
 SCALE_RANGE = (2.0 ** -40, 2.0 ** 40)          # scales for which the divide-free quotient is proven exact
 

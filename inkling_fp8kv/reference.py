@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, fields
 import torch
 import torch.nn.functional as F
-from .numerics import E4M3_DTYPE, quantize_e4m3
+from .numerics import E4M3_DTYPE, quantize_e4m3, scale_value
 from .config import RankGeometry
 
 # %% ../nbs/03_reference.ipynb #2fddc5ca
@@ -256,11 +256,7 @@ def _is_fp8(cache: torch.Tensor) -> bool: return cache.dtype == E4M3_DTYPE
 def _check_scale(name: str, scale) -> float:
     "A per-tensor dequant multiplier as a Python float (exact in fp32); ValueError naming it unless finite and > 0."
     if scale is None: raise ValueError(f"{name} is required for an fp8 (float8_e4m3fn) cache")
-    s = torch.as_tensor(scale, dtype=torch.float32)
-    if s.numel() != 1: raise ValueError(f"{name} must be a per-tensor scalar, got shape {tuple(s.shape)}")
-    v = float(s.reshape(()).item())
-    if not (math.isfinite(v) and v > 0): raise ValueError(f"{name} must be finite and > 0, got {v}")
-    return v
+    return scale_value(name, scale)
 
 def alloc_kv_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int = 128, dtype=torch.bfloat16,
                    layout: str = "NHD", device='cpu', seed: int | None = None):

@@ -11,6 +11,7 @@ import logging, math, re, warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 import torch
+from .numerics import scale_value
 
 # %% ../nbs/09_scales.ipynb #b4cd4f25
 SCALE_KINDS = ("q", "k", "v")
@@ -23,21 +24,8 @@ def parse_scale_name(name: str) -> tuple[int, str] | None:
 
 # %% ../nbs/09_scales.ipynb #af94be2e
 def validate_scale(name: str, scale) -> float:
-    "A loaded KV scale as a Python float; ValueError naming `name` unless it is one finite floating value > 0."
-    if isinstance(scale, bool): raise ValueError(f"{name}={scale!r}: a scale is a number, not a bool")
-    if isinstance(scale, (int, float)): x = float(scale)
-    elif isinstance(scale, torch.Tensor):
-        if scale.numel() != 1:
-            raise ValueError(f"{name} has shape {tuple(scale.shape)}: KV scales are per-tensor (one value); "
-                             "per-channel or per-head scales are not supported")
-        if not scale.dtype.is_floating_point: raise ValueError(f"{name} has dtype {scale.dtype}: a scale must be floating point")
-        x = float(scale.reshape(()).item())
-    else: raise ValueError(f"{name} is a {type(scale).__name__}: expected a tensor or a number")
-    if not (math.isfinite(x) and x > 0): raise ValueError(f"{name}={x}: a scale must be finite and > 0 (a dequant multiplier: stored = x / scale)")
-    x32 = float(torch.tensor(x, dtype=torch.float32))                 # what an fp32 scale buffer holds
-    if not (math.isfinite(x32) and x32 > 0):
-        raise ValueError(f"{name}={x}: becomes {x32} in fp32, the dtype of the scale buffers and kernels; a scale must be finite and > 0 in fp32")
-    return x32
+    "A loaded KV scale as the fp32 value its buffer holds; ValueError naming `name` unless one finite value > 0 there."
+    return scale_value(name, scale)       # the package's one scale parser (notebook 00), under the loader's name
 
 # %% ../nbs/09_scales.ipynb #6535f964
 class UnrecognisedScaleWarning(UserWarning):

@@ -10,7 +10,7 @@ import math, struct
 import torch
 import triton
 import triton.language as tl
-from .numerics import E4M3_DTYPE, check_scale_range, tl_quantize_e4m3, tl_div_scale_bf16, tl_rcp_scale, triton_target
+from .numerics import E4M3_DTYPE, check_scale_range, scale_value, tl_quantize_e4m3, tl_div_scale_bf16, tl_rcp_scale, triton_target
 from .config import RankGeometry
 from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES
 
@@ -300,16 +300,8 @@ def _scale_arg(name: str, scale, device) -> torch.Tensor:
         if scale.numel() != 1: raise ValueError(f"{name} must be a per-tensor scalar, got shape {tuple(scale.shape)}")
         if scale.dtype == torch.float32 and scale.device == device: return scale   # as is: the kernels read its one element
         return scale.to(device=device, dtype=torch.float32).reshape(1)
-    return torch.full((1,), check_scale_range(name, _host_scale(name, scale)), dtype=torch.float32, device=device)
+    return torch.full((1,), check_scale_range(name, scale_value(name, scale)), dtype=torch.float32, device=device)
 
-def _host_scale(name: str, scale) -> float:
-    "A Python number as the fp32 value the kernels will read; ValueError naming it unless finite and > 0 (no tensor: no host sync)."
-    try: v = float(scale)
-    except (TypeError, ValueError): raise ValueError(f"{name} must be a number or a one-element tensor, got {scale!r}") from None
-    try: v = struct.unpack("<f", struct.pack("<f", v))[0]                # fp32 rounding, as the kernels see it
-    except OverflowError: v = math.copysign(math.inf, v)
-    if not (math.isfinite(v) and v > 0): raise ValueError(f"{name} must be finite and > 0, got {v}")
-    return v
 
 def _tap_major(wc: torch.Tensor) -> torch.Tensor:
     """Conv weights `[C, W]` as tap-major bf16 bits `[W, C]`, cached while their storage, shape and version stay the same.
@@ -385,7 +377,7 @@ def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv
     parts += [s.detach().reshape(1).to(device=slot_mapping.device, dtype=torch.float32).view(torch.int32).long() for s in tensors.values()]
     got = torch.cat(parts).tolist()                                          # the one host sync
     for name, bits in zip(tensors, got[len(masks):]):
-        check_scale_range(name, _host_scale(name, struct.unpack("<f", struct.pack("<i", bits))[0]))
+        check_scale_range(name, scale_value(name, struct.unpack("<f", struct.pack("<i", bits))[0]))
     first = got[:len(masks)]
     if max(first) < 0: return
     k = next(i for i, f in enumerate(first) if f >= 0)

@@ -160,6 +160,7 @@ def _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok
         vacc += (tl.load(vcw_ptr + i * C + wrow).to(tl.int32) << 16).to(tl.float32, bitcast=True) * vtap
     return kacc, vacc
 
+# %% ../nbs/04_store.ipynb #75303523
 @triton.jit
 def _store_pair(k_dst, v_dst, d, store, k, v):
     "Store a K and a V tile (rows masked by `store`)."
@@ -326,6 +327,7 @@ def _merge_configs(base: dict, over: dict | None) -> dict:
         out[k] = _merge_configs(out[k], v) if isinstance(v, dict) else v
     return out
 
+# %% ../nbs/04_store.ipynb #87a60410
 def _first(bad: torch.Tensor) -> torch.Tensor:
     "Index of the first True in the 1-D `bad`, or −1, as a 0-dim int64 device tensor (no host sync)."
     if bad.numel() == 0: return torch.full((), -1, dtype=torch.int64, device=bad.device)
@@ -362,6 +364,7 @@ def _conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slo
             racy = racy | (ok & hit)
     return [narrow, no_row, bad_blk, racy]
 
+# %% ../nbs/04_store.ipynb #baa0d114
 def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, slot_mapping, *,
                          num_slots: int, num_conv_blocks: int, N: int, scales: dict):
     """ValueError naming the argument, the index and the value unless the metadata fits the caches and the tensor scales
@@ -405,6 +408,7 @@ def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv
                      f"(conv_block_table[{r}, {src // N}] = {row[src // N]}), which conv_slot_mapping[{cs.index(cell)}] writes in the same call: "
                      f"the taps would race with the insert; positions, query_start and the conv metadata disagree")
 
+# %% ../nbs/04_store.ipynb #5c7e5d0d
 def write_path_bytes(geom: RankGeometry, num_tokens: int, kv_dtype=torch.bfloat16) -> int:
     "DRAM bytes one prep moves at minimum: qkvr read + conv-cache insert + K/V store + q and rel_logits writes."
     T, esz = num_tokens, torch.empty(0, dtype=kv_dtype).element_size()
@@ -419,6 +423,17 @@ def _tiled_grid(c: dict, T: int, Hq: int, Hkv: int, E: int) -> tuple:
     e_progs = triton.cdiv(E, be * nbe)
     return be, nbe, e_progs, triton.cdiv(T, c['BLOCK_T']) * Hkv, triton.cdiv(T * Hq, c['BLOCK_M']) * e_progs
 
+def _check_prep_weights(w: PrepWeights, geom: RankGeometry):
+    "ValueError naming the weight unless `w`'s shapes and dtypes fit `geom`."
+    Hkv, D, R, E = geom.num_kv_heads, geom.head_dim, geom.d_rel, geom.rel_extent
+    if w.rel_proj.shape != (R, E): raise ValueError(f"rel_proj must be [{R}, {E}], got {tuple(w.rel_proj.shape)}")
+    if w.k_conv_w.shape != (Hkv * D, SCONV_WIDTH) or w.v_conv_w.shape != (Hkv * D, SCONV_WIDTH):
+        raise ValueError(f"conv weights must be [{Hkv * D}, {SCONV_WIDTH}], "
+                         f"got {tuple(w.k_conv_w.shape)} and {tuple(w.v_conv_w.shape)}")
+    if w.q_norm_w.shape != (D,) or w.k_norm_w.shape != (D,): raise ValueError(f"norm weights must be [{D}]")
+    for name in ('k_conv_w', 'v_conv_w', 'q_norm_w', 'k_norm_w', 'rel_proj'):
+        if getattr(w, name).dtype != torch.bfloat16: raise ValueError(f"w.{name} must be bf16, got {getattr(w, name).dtype}")
+
 def prep_launch(geom: RankGeometry, num_tokens: int, *, small_token_threshold: int = SMALL_TOKEN_THRESHOLD) -> tuple:
     "Which kernel `qkvr_prep` launches for `num_tokens` tokens, with the integers it passes that vary per batch: `('fused', T)` or `('tiled', T, n_kv, n_rel)`."
     target = triton_target()
@@ -428,6 +443,7 @@ def prep_launch(geom: RankGeometry, num_tokens: int, *, small_token_threshold: i
     _, _, _, n_kv, n_rel = _tiled_grid(CONFIGS[target]['tiled'], T, geom.num_heads, geom.num_kv_heads, geom.rel_extent)
     return ('tiled', T, n_kv, n_rel)
 
+# %% ../nbs/04_store.ipynb #51ee41f2
 def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positions, seq_idx, query_start,
               conv_cache, conv_block_table, conv_slot_mapping, k_cache, v_cache, slot_mapping,
               tau=None, eps: float = 1e-6, k_scale=None, v_scale=None,
@@ -452,12 +468,7 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
     if tau is not None:
         if geom.local: raise ValueError("tau (log scaling) applies to global layers only; pass tau=None for a local layer")
         if tau.shape != (T,): raise ValueError(f"tau must be [{T}], got {tuple(tau.shape)}")
-    if w.rel_proj.shape != (R, E): raise ValueError(f"rel_proj must be [{R}, {E}], got {tuple(w.rel_proj.shape)}")
-    if w.k_conv_w.shape != (Hkv * D, SCONV_WIDTH) or w.v_conv_w.shape != (Hkv * D, SCONV_WIDTH):
-        raise ValueError(f"conv weights must be [{Hkv * D}, {SCONV_WIDTH}], got {tuple(w.k_conv_w.shape)} and {tuple(w.v_conv_w.shape)}")
-    if w.q_norm_w.shape != (D,) or w.k_norm_w.shape != (D,): raise ValueError(f"norm weights must be [{D}]")
-    for name in ('k_conv_w', 'v_conv_w', 'q_norm_w', 'k_norm_w', 'rel_proj'):
-        if getattr(w, name).dtype != torch.bfloat16: raise ValueError(f"w.{name} must be bf16, got {getattr(w, name).dtype}")
+    _check_prep_weights(w, geom)
     if conv_cache.dim() != 4 or conv_cache.shape[1] != Hkv or conv_cache.shape[3] != geom.conv_width_padded or conv_cache.dtype != torch.bfloat16:
         raise ValueError(f"conv_cache must be bf16 [nb, {Hkv}, N, {geom.conv_width_padded}], got {conv_cache.dtype} {tuple(conv_cache.shape)}")
     if k_cache.dim() != 4 or k_cache.shape[2:] != (Hkv, D) or v_cache.shape != k_cache.shape:

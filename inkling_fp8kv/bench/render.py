@@ -546,7 +546,7 @@ def _no_time(r: dict) -> str: return r.get("skipped") or f"error: {r.get('error'
 
 def sm90_tables(res: dict) -> list:
     "The prefill cases (ms, TFLOP/s) and, in files that have them, the decode cases (µs, TB/s, the copy beside them)."
-    rows, out = res["rows"], []
+    rows, out, heads = res["rows"], [], f"(Hq {res.get('Hq', 16)}, Hkv {res.get('Hkv', 2)})"
     cases = lambda kind: list(dict.fromkeys(r["case"] for r in rows if r["kind"] == kind and r.get("case")
                                             and not r["case"].startswith("grid")))
     tab = []
@@ -558,7 +558,7 @@ def sm90_tables(res: dict) -> list:
             tab.append([c, r["impl"] + ("" if taken else f" (not taken: {r.get('fast_path_reason')})"),
                         f"{r['us'] / 1e3:.2f}", f"{r['tflops']:.0f}", _num(port and port["us"] / r["us"], ".2f"),
                         _num(sd and sd["us"] / r["us"], ".2f")])
-    out.append(_table(["case (Hq 16, Hkv 2)", "implementation", "ms", "TFLOP/s", "portable fp8 / this",
+    out.append(_table([f"case {heads}", "implementation", "ms", "TFLOP/s", "portable fp8 / this",
                        "SDPA no bias / this"], tab))
     tab = []
     for c in cases("decode"):
@@ -569,7 +569,7 @@ def sm90_tables(res: dict) -> list:
             tab.append([c, name, f"{r['us']:,.1f}" + (" (eager)" if r.get("timing") == "eager" else ""),
                         f"{r['tbps']:.2f}", _pct(copy and r["tbps"] / copy["tbps"], 0),
                         _num(port and port["us"] / r["us"], ".2f")])
-    if tab: out.append(_table(["decode case (Hq 16, Hkv 2)", "implementation", "µs (graph)", "TB/s",
+    if tab: out.append(_table([f"decode case {heads}", "implementation", "µs (graph)", "TB/s",
                                "% of the copy's TB/s", "portable fp8 / this"], tab))
     return out
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One attention layer (`layer.InklingAttention`): fp8 vs bf16 KV cache, and the layer against the sum of its own
-kernels timed alone in the same run. The suite is `inkling_fp8kv.bench.layer_suite` (notebook 15_bench).
+kernels timed alone in the same run. The suite is `inkling_fp8kv.bench.layer_suite` (notebook 15b).
 
 On the GPU box, from the repository root:
     PYTHONPATH=$PWD python bench/layer.py [--quick] [--out DIR]
@@ -8,8 +8,7 @@ Writes DIR/layer.json (DIR: $OUT, else bench/results) and prints its table and r
 `--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
 (never bench/results).
 """
-import pathlib, sys
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # this checkout's package
+import sys
 from inkling_fp8kv.bench import script_main
 
 if __name__ == "__main__": sys.exit(script_main("layer"))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write-path benchmark: `store.qkvr_prep` with an fp8 (quant-on-store) vs a bf16 KV cache, 12 cases, on-hardware
-checks and a launch-parameter sweep. The suite is `inkling_fp8kv.bench.write_suite` (notebook 15_bench).
+checks and a launch-parameter sweep. The suite is `inkling_fp8kv.bench.write_suite` (notebook 15b).
 
 On the GPU box, from the repository root (plain Python, no nbdev needed):
     PYTHONPATH=$PWD python bench/write_path.py [--quick] [--no-sweep] [--budget-s S] [--out DIR]
@@ -8,8 +8,7 @@ Writes DIR/write_path.json (DIR: $OUT, else bench/results) and prints its table 
 `--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
 (never bench/results).
 """
-import pathlib, sys
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # this checkout's package
+import sys
 from inkling_fp8kv.bench import script_main
 
 if __name__ == "__main__": sys.exit(script_main("write"))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where the tiled write path spends its time at 16,384 tokens: the same launch whole, restricted to its K/V
-programs and restricted to its q + logit programs. The suite is `inkling_fp8kv.bench.write_parts_suite` (notebook 15_bench).
+programs and restricted to its q + logit programs. The suite is `inkling_fp8kv.bench.write_parts_suite` (notebook 15b).
 
 On the GPU box, from the repository root:
     PYTHONPATH=$PWD python bench/write_path_parts.py [--quick] [--out DIR]
@@ -8,8 +8,7 @@ Writes DIR/write_path_parts.json (DIR: $OUT, else bench/results) and prints its 
 `--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
 (never bench/results).
 """
-import pathlib, sys
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # this checkout's package
+import sys
 from inkling_fp8kv.bench import script_main
 
 if __name__ == "__main__": sys.exit(script_main("write_parts"))

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['HEADER_KEYS', 'TIMINGS', 'SUITES', 'run_header', 'write_json_atomic', 'checkout_root', 'load_results', 'on_gpu',
            'timing_for', 'synchronize', 'graphed', 'time_us', 'copy_tbps', 'fill_tbps', 'matmul_tflops',
-           'measure_floors', 'Suite', 'register_suite', 'check_device', 'results_dir', 'run_suite', 'script_main']
+           'measure_floors', 'Suite', 'register_suite', 'check_device', 'results_dir', 'run_suite']
 
 # %% ../../nbs/15a_bench_harness.ipynb #e24453d5
 import argparse, datetime, json, os, platform, sys, tempfile, time
@@ -202,30 +202,3 @@ def run_suite(name: str, *, out=None, device="cuda", quick: bool = False, smoke:
     res["wall_s"] = time.time() - t0
     write_json_atomic(out / s.results, res)
     return res
-
-# %% ../../nbs/15a_bench_harness.ipynb #88b67a18
-def script_main(name: str, argv=None) -> int:
-    "The body of `bench/<script>.py` for suite `name`: parse the flags, check the device, run, write, print a summary."
-    s = SUITES[name]
-    argv = sys.argv[1:] if argv is None else list(argv)
-    ap = argparse.ArgumentParser(prog=f"bench/{s.script}", description=s.about)
-    ap.add_argument("--out", help="output folder (default: $OUT, else bench/results; with --smoke: $OUT, else a new "
-                                  "temporary folder, never bench/results)")
-    ap.add_argument("--quick", action="store_true", help="the small cases only: a check that the script runs")
-    ap.add_argument("--smoke", action="store_true",
-                    help="tiny shapes, on the GPU if there is one, else on the CPU under TRITON_INTERPRET=1: "
-                         "plumbing only, the times mean nothing")
-    for flag, kw in s.options.items(): ap.add_argument(flag, **kw)
-    a = ap.parse_args(argv)
-    from inkling_fp8kv.numerics import kernel_device
-    device = kernel_device() if a.smoke else "cuda"
-    try: check_device(device); out = results_dir(a.out or os.environ.get("OUT") or None, smoke=a.smoke)
-    except (RuntimeError, ValueError, FileNotFoundError) as e: ap.error(str(e))
-    opts = {flag.lstrip("-").replace("-", "_"): getattr(a, flag.lstrip("-").replace("-", "_")) for flag in s.options}
-    res = run_suite(name, out=out, device=device, quick=a.quick, smoke=a.smoke,
-                    command=" ".join(["python", f"bench/{s.script}", *argv]),
-                    **{k.removeprefix("no_"): not v if k.startswith("no_") else v for k, v in opts.items()})
-    from inkling_fp8kv.bench.render import summary_markdown     # the tables sit above the harness
-    print(summary_markdown(name, res))
-    print(f"\nwrote {out / s.results} in {res.get('wall_s') or 0:.0f} s")
-    return 0

@@ -23,53 +23,68 @@ from .attention_checks import _is_int, _first, _raise_metadata
 _all_ = ["ATTN_CONFIGS", "MAX_SPLITS", "decode_num_splits", "decode_config", "decode_splits"]
 
 # %% ../nbs/07_attention.ipynb #c8cc056d
-def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
-                          window, v_scale, threshold, num_splits, max_seqlen_k, out, config=None, fast_path=None):
+def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q,
+                          softmax_scale, window, v_scale, threshold, num_splits, max_seqlen_k, out, config=None,
+                          fast_path=None):
     fp8 = q.dtype == E4M3_DTYPE
     T, Hq, D = q.shape
     _, page, Hkv, _ = k_cache.shape
     G, E, B = Hq // Hkv, rel_logits.shape[2], seq_lens.shape[0]
     interp = triton_target() == "interpreter"
-    if triton_target() is None: raise RuntimeError("the triton backend needs a CUDA GPU or TRITON_INTERPRET=1 set before import")
-    common = dict(HEAD_DIM=D, PAGE=page, HAS_WINDOW=window is not None, IS_FP8=fp8, P_OFFSET=float(MAX_OFFSET) if fp8 else 0.0, INTERP=interp)
+    if triton_target() is None:
+        raise RuntimeError("the triton backend needs a CUDA GPU or TRITON_INTERPRET=1 set before import")
+    common = dict(HEAD_DIM=D, PAGE=page, HAS_WINDOW=window is not None, IS_FP8=fp8,
+                  P_OFFSET=float(MAX_OFFSET) if fp8 else 0.0, INTERP=interp)
     sm_log2 = softmax_scale * LOG2E
     W = window or 0
     if max_seqlen_q == 1:
-        if fast_path: raise NotImplementedError("fast_path=True, but a decode batch (max_seqlen_q == 1) runs the portable split-KV kernel")
+        if fast_path:
+            raise NotImplementedError("fast_path=True, but a decode batch (max_seqlen_q == 1) runs the portable "
+                                      "split-KV kernel")
         cfg = _launch_config("decode", decode_config(B, fp8=fp8, device=q.device)[1], config)
         bn = cfg["block_n"]
         if num_splits is None:
-            mk = max_seqlen_k if max_seqlen_k is not None else int(seq_lens.max().item())   # one host sync without max_seqlen_k
-            num_splits = decode_num_splits(B, Hkv, mk, window=window, block_n=bn, waves=cfg["split_waves"], num_sms=_num_sms(q.device))
-        _check(isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS, f"num_splits must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
+            # one host sync without max_seqlen_k
+            mk = max_seqlen_k if max_seqlen_k is not None else int(seq_lens.max().item())
+            num_splits = decode_num_splits(B, Hkv, mk, window=window, block_n=bn, waves=cfg["split_waves"],
+                                           num_sms=_num_sms(q.device))
+        _check(isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS,
+               f"num_splits must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
         opart = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device)
         lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device)
         _decode_split_kernel[(B, Hkv, num_splits)](
-            q, k_cache, v_cache, rel_logits, opart, lse, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, E, W, num_splits, k_cache.shape[0],
+            q, k_cache, v_cache, rel_logits, opart, lse, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, E, W,
+            num_splits, k_cache.shape[0],
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), rel_logits.stride(0), rel_logits.stride(1),
             block_table.stride(0), opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
-            G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_N=bn, LAZY_SKIP=cfg["lazy_skip"], PERM_V=cfg.get("perm_v", False),
+            G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_N=bn, LAZY_SKIP=cfg["lazy_skip"],
+            PERM_V=cfg.get("perm_v", False),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
         _decode_merge_kernel[(B, Hq)](opart, lse, out, cu_seqlens_q, v_scale, num_splits,
                                       opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
-                                      out.stride(0), out.stride(1), BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=D)
+                                      out.stride(0), out.stride(1), BLOCK_S=triton.next_power_of_2(num_splits),
+                                      HEAD_DIM=D)
         return out
     _check(num_splits in (None, 1), f"num_splits={num_splits}: split-KV is for decode batches (max_seqlen_q == 1) only")
     if fast_path or (fast_path is None and fp8 and config is None and q.device.type == "cuda"):
         from inkling_fp8kv import attention_sm90      # notebook 07c builds on this module: imported on first use
-        # the automatic choice asks the (cheap) capability first: on a GPU it does not vouch for, no eligibility work per call
+        # the automatic choice asks the (cheap) capability first: on a GPU it does not vouch for, no eligibility work
         why = (attention_sm90.sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=out)
                if fast_path or attention_sm90.auto_selects(q.device) else "not picked automatically here")
         if why is None:
-            return attention_sm90.launch_prefill_sm90(q, k_cache, v_cache, rel_logits, block_table=block_table, seq_lens=seq_lens,
-                                                       cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
+            return attention_sm90.launch_prefill_sm90(q, k_cache, v_cache, rel_logits, block_table=block_table,
+                                                       seq_lens=seq_lens, cu_seqlens_q=cu_seqlens_q,
+                                                       max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
                                                        window=window, v_scale=v_scale, threshold=threshold, out=out)
-        if fast_path: raise NotImplementedError(f"fast_path=True, but the SM90 prefill kernel cannot run this call: {why}")
-    cfg = _launch_config("prefill", ATTN_CONFIGS["prefill_interp" if interp else ("prefill_fp8" if fp8 else "prefill_bf16")], config)
+        if fast_path:
+            raise NotImplementedError(f"fast_path=True, but the SM90 prefill kernel cannot run this call: {why}")
+    name = "prefill_interp" if interp else ("prefill_fp8" if fp8 else "prefill_bf16")
+    cfg = _launch_config("prefill", ATTN_CONFIGS[name], config)
     bq = max(cfg["block_q"], triton.cdiv(16, G))                      # at least 16 rows: the MMA's minimum
     _prefill_kernel[(triton.cdiv(max_seqlen_q, bq), B, Hkv)](
-        q, k_cache, v_cache, rel_logits, out, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, v_scale, E, W, k_cache.shape[0],
+        q, k_cache, v_cache, rel_logits, out, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, v_scale, E, W,
+        k_cache.shape[0],
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), rel_logits.stride(0), rel_logits.stride(1),
         out.stride(0), out.stride(1), block_table.stride(0),
@@ -78,7 +93,8 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_l
     return out
 
 # %% ../nbs/07_attention.ipynb #8ca41f94
-def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale, window, v_scale, out, **_):
+def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale, window,
+                        v_scale, out, **_):
     from torch.nn.attention.flex_attention import flex_attention, create_block_mask
     _, page, Hkv, _ = k_cache.shape
     Hq, E = q.shape[1], rel_logits.shape[2]
@@ -88,7 +104,7 @@ def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_len
         if t1 == t0: continue
         j = torch.arange(kv_len, device=q.device)
         blk = block_table[b, j // page].long()
-        kk = k_cache[blk, j % page].float().transpose(0, 1)[None]      # [1, Hkv, kv_len, D], dequantized (scales folded by caller)
+        kk = k_cache[blk, j % page].float().transpose(0, 1)[None]      # [1, Hkv, kv_len, D]; scales folded by caller
         vv = v_cache[blk, j % page].float().transpose(0, 1)[None]
         qq = q[t0:t1].float().transpose(0, 1)[None]
         rel = rel_logits[t0:t1].float().transpose(0, 1).contiguous()   # [Hq, q_len, E]
@@ -114,20 +130,24 @@ def _import_tml_fa4():
     for name in TML_FA4_MODULES:
         try:
             mod = importlib.import_module(name)
-            if "rel_bias" in getattr(mod.flash_attn_varlen_func, "__code__", type("c", (), {"co_varnames": ()})).co_varnames:
+            code = getattr(mod.flash_attn_varlen_func, "__code__", None)
+            if code is not None and "rel_bias" in code.co_varnames:
                 return mod
             errs.append(f"{name}: flash_attn_varlen_func has no rel_bias (stock FA4, not the sheared-bias port)")
         except Exception as e: errs.append(f"{name}: {type(e).__name__}: {e}")
     raise NotImplementedError("backend 'tml_fa4' needs vLLM's vendored tml-fa4 (SM100 family): " + "; ".join(errs))
 
-def tml_fa4_arguments(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
-                      window, num_splits, out) -> dict:
+def tml_fa4_arguments(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q,
+                      softmax_scale, window, num_splits, out) -> dict:
     "Keyword arguments of upstream's `flash_attn_varlen_func` call for one Inkling attention layer."
     E = rel_logits.shape[2]
-    _check(q.dtype == k_cache.dtype == v_cache.dtype, f"tml_fa4 needs q/k/v of one dtype, got {q.dtype}/{k_cache.dtype}/{v_cache.dtype}")
-    _check(rel_logits.dtype == torch.bfloat16 and rel_logits.is_contiguous(), "tml_fa4 needs a contiguous bf16 rel_bias")
+    _check(q.dtype == k_cache.dtype == v_cache.dtype,
+           f"tml_fa4 needs q/k/v of one dtype, got {q.dtype}/{k_cache.dtype}/{v_cache.dtype}")
+    _check(rel_logits.dtype == torch.bfloat16 and rel_logits.is_contiguous(),
+           "tml_fa4 needs a contiguous bf16 rel_bias")
     _check(E % 128 == 0, f"tml_fa4's sheared bias needs E % 128 == 0, got E={E}")
-    _check(window is None or window == E, f"tml_fa4 supports a window only with left + right + 1 == E (window {window}, E {E})")
+    _check(window is None or window == E,
+           f"tml_fa4 supports a window only with left + right + 1 == E (window {window}, E {E})")
     return dict(q=q, k=k_cache, v=v_cache, cu_seqlens_q=cu_seqlens_q, seqused_k=seq_lens,
                 max_seqlen_q=1 << (max_seqlen_q - 1).bit_length(), page_table=block_table, softmax_scale=softmax_scale,
                 causal=True, window_size=(None, None) if window is None else (window - 1, 0), rel_bias=rel_logits,
@@ -153,37 +173,47 @@ def select_backend(backend: str, *, fp8: bool, device: torch.device) -> str:
             if b != "tml_fa4": return b   # tml_fa4 only when asked for: it needs vLLM's vendored build
         return allowed[0]
     if backend == "flex": return "flex"
-    if backend not in allowed: raise NotImplementedError(f"backend {backend!r} does not serve {'fp8' if fp8 else 'bf16'} here; allowed: {allowed}")
+    if backend not in allowed:
+        raise NotImplementedError(f"backend {backend!r} does not serve {'fp8' if fp8 else 'bf16'} here; "
+                                  f"allowed: {allowed}")
     return backend
 
 # %% ../nbs/07_attention.ipynb #55fa260f
 def rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                   window=None, v_scale=1., rescale_threshold=None, num_splits=None, backend="auto", out=None,
-                  unsafe_threshold=False, max_seqlen_k=None, validate=True, config=None, tml_fa4_module=None, fast_path=None) -> torch.Tensor:
-    """Inkling relative-bias attention over paged bf16 or e4m3 caches; returns bf16 `[T, Hq, 128]` (fp8 iff q and caches are e4m3).
-    `validate=True` checks the metadata against the tensors (one host sync); `validate=False` trusts it (no sync, graph-capturable).
-    `fast_path`: None runs fp8 prefill on the SM90 kernel (notebook 07c) where `sm90_eligible` allows and `auto_selects` vouches, False never, True or raise."""
-    fp8 = _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, window, out)
+                  unsafe_threshold=False, max_seqlen_k=None, validate=True, config=None, tml_fa4_module=None,
+                  fast_path=None) -> torch.Tensor:
+    """Inkling relative-bias attention over paged bf16 or e4m3 caches: bf16 `[T, Hq, 128]`; fp8 iff q, caches are e4m3.
+    `validate=True` checks the metadata against the tensors (one host sync); `validate=False` trusts it (no sync,
+    graph-capturable). `fast_path`: None runs fp8 prefill on the SM90 kernel (notebook 07c) where `sm90_eligible` allows
+    and `auto_selects` vouches, False never, True or raise."""
+    fp8 = _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
+                    softmax_scale, window, out)
     thr = rescale_threshold if rescale_threshold is not None else (SAFE_RESCALE_THRESHOLD if fp8 else 8.0)
     if fp8: check_rescale_threshold(thr, unsafe_threshold=unsafe_threshold)
     mk = max_seqlen_k
     if validate:
-        longest, vs = _check_metadata(block_table, seq_lens, cu_seqlens_q, num_tokens=q.shape[0], num_blocks=k_cache.shape[0],
-                                      block_size=k_cache.shape[1], max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, v_scale=v_scale)
+        longest, vs = _check_metadata(block_table, seq_lens, cu_seqlens_q, num_tokens=q.shape[0],
+                                      num_blocks=k_cache.shape[0], block_size=k_cache.shape[1],
+                                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, v_scale=v_scale)
         if mk is None: mk = max(longest, 1)
         vs = _host_scale("v_scale", v_scale if vs is None else vs)
     else: vs = _host_scale("v_scale", v_scale)
     _check(fp8 or vs == 1.0, f"v_scale={vs} with a bf16 cache: descales apply to fp8 caches only")
     if out is None: out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     be = select_backend(backend, fp8=fp8, device=q.device)
-    _check(fast_path is None or isinstance(fast_path, bool), f"fast_path must be None, True or False, got {fast_path!r}")
-    _check(not (fast_path and config is not None), "fast_path=True takes no config: config= sets the portable prefill kernel's launch")
+    _check(fast_path is None or isinstance(fast_path, bool),
+           f"fast_path must be None, True or False, got {fast_path!r}")
+    _check(not (fast_path and config is not None),
+           "fast_path=True takes no config: config= sets the portable prefill kernel's launch")
     if fast_path and be != "triton": raise NotImplementedError(f"fast_path=True needs the triton backend, got {be!r}")
     if seq_lens.shape[0] == 0: return out                               # an empty batch: nothing to launch
-    kw = dict(block_table=block_table, seq_lens=seq_lens, cu_seqlens_q=cu_seqlens_q, softmax_scale=float(softmax_scale), window=window, out=out)
+    kw = dict(block_table=block_table, seq_lens=seq_lens, cu_seqlens_q=cu_seqlens_q, softmax_scale=float(softmax_scale),
+              window=window, out=out)
     if be == "triton":
-        return _triton_rel_attention(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, v_scale=vs, threshold=float(thr),
-                                     num_splits=num_splits, max_seqlen_k=mk, config=config, fast_path=fast_path, **kw)
+        return _triton_rel_attention(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, v_scale=vs,
+                                     threshold=float(thr), num_splits=num_splits, max_seqlen_k=mk, config=config,
+                                     fast_path=fast_path, **kw)
     if be == "flex": return _flex_rel_attention(q, k_cache, v_cache, rel_logits, v_scale=vs, **kw)
-    return _tml_fa4_rel_attention(q, k_cache, v_cache, rel_logits, v_scale=vs, max_seqlen_q=max_seqlen_q, num_splits=num_splits,
-                                  module=tml_fa4_module, **kw)
+    return _tml_fa4_rel_attention(q, k_cache, v_cache, rel_logits, v_scale=vs, max_seqlen_q=max_seqlen_q,
+                                  num_splits=num_splits, module=tml_fa4_module, **kw)

@@ -16,11 +16,13 @@ def _check(cond, msg):
 
 def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
 
-def _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, max_seqlen_k, softmax_scale, window, out):
+def _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
+              softmax_scale, window, out):
     "Shapes, dtypes, devices, strides and host arguments: checks that read no device data (both paths run them)."
     _check(q.dim() == 3 and q.shape[-1] == 128, f"q must be [T, Hq, 128], got {tuple(q.shape)}")
     _check(k_cache.dim() == 4 and k_cache.shape == v_cache.shape and k_cache.shape[-1] == 128,
-           f"k_cache/v_cache must be [num_blocks, block_size, Hkv, 128] views of one shape, got {tuple(k_cache.shape)} / {tuple(v_cache.shape)}")
+           f"k_cache/v_cache must be [num_blocks, block_size, Hkv, 128] views of one shape, "
+           f"got {tuple(k_cache.shape)} / {tuple(v_cache.shape)}")
     T, Hq, _ = q.shape
     Hkv = k_cache.shape[2]
     _check(Hq % Hkv == 0, f"Hq={Hq} is not a multiple of Hkv={Hkv}")
@@ -28,8 +30,10 @@ def _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens
     want = E4M3_DTYPE if fp8 else torch.bfloat16
     _check(q.dtype in (E4M3_DTYPE, torch.bfloat16), f"q dtype {q.dtype}: expected bfloat16 or float8_e4m3fn")
     _check(k_cache.dtype == want and v_cache.dtype == want,
-           f"q is {q.dtype} so k_cache/v_cache must be {want} (fp8 iff q and both caches are e4m3), got {k_cache.dtype}/{v_cache.dtype}")
-    _check(rel_logits.dim() == 3 and tuple(rel_logits.shape[:2]) == (T, Hq) and rel_logits.dtype in (torch.bfloat16, torch.float32),
+           f"q is {q.dtype} so k_cache/v_cache must be {want} (fp8 iff q and both caches are e4m3), "
+           f"got {k_cache.dtype}/{v_cache.dtype}")
+    _check(rel_logits.dim() == 3 and tuple(rel_logits.shape[:2]) == (T, Hq)
+           and rel_logits.dtype in (torch.bfloat16, torch.float32),
            f"rel_logits must be [{T}, {Hq}, E] bf16 (or fp32), got {tuple(rel_logits.shape)} {rel_logits.dtype}")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("rel_logits", rel_logits)):
         _check(t.stride(-1) == 1, f"{name} must be contiguous in its last dimension")
@@ -39,17 +43,21 @@ def _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens
     _check(block_table.dim() == 2 and block_table.dtype == torch.int32 and block_table.shape[0] >= B,
            f"block_table must be int32 [num_reqs, max_blocks], got {block_table.dtype} {tuple(block_table.shape)}")
     _check(seq_lens.dtype == torch.int32 and cu_seqlens_q.dtype == torch.int32 and cu_seqlens_q.shape == (B + 1,),
-           f"seq_lens [B] and cu_seqlens_q [B+1] must be int32, got {seq_lens.dtype} {tuple(seq_lens.shape)} / {cu_seqlens_q.dtype} {tuple(cu_seqlens_q.shape)}")
+           f"seq_lens [B] and cu_seqlens_q [B+1] must be int32, got {seq_lens.dtype} {tuple(seq_lens.shape)} / "
+           f"{cu_seqlens_q.dtype} {tuple(cu_seqlens_q.shape)}")
     for name, t in (("block_table", block_table), ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q)):
         _check(t.device == q.device, f"{name} is on {t.device}, q on {q.device}")
     _check(_is_int(max_seqlen_q) and max_seqlen_q >= (1 if B else 0),
            f"max_seqlen_q must be an int >= 1 (0 only for an empty batch), got {max_seqlen_q!r}")
-    _check(max_seqlen_k is None or (_is_int(max_seqlen_k) and max_seqlen_k >= 1), f"max_seqlen_k must be None or an int >= 1, got {max_seqlen_k!r}")
-    _check(math.isfinite(softmax_scale) and softmax_scale > 0, f"softmax_scale must be finite and > 0, got {softmax_scale}")
+    _check(max_seqlen_k is None or (_is_int(max_seqlen_k) and max_seqlen_k >= 1),
+           f"max_seqlen_k must be None or an int >= 1, got {max_seqlen_k!r}")
+    _check(math.isfinite(softmax_scale) and softmax_scale > 0,
+           f"softmax_scale must be finite and > 0, got {softmax_scale}")
     _check(window is None or (_is_int(window) and window >= 1), f"window must be None or an int >= 1, got {window!r}")
     if out is not None:
         _check(out.shape == q.shape and out.dtype == torch.bfloat16 and out.stride(-1) == 1 and out.device == q.device,
-               f"out must be bf16 {tuple(q.shape)} on {q.device}, contiguous in its last dimension, got {out.dtype} {tuple(out.shape)} on {out.device}")
+               f"out must be bf16 {tuple(q.shape)} on {q.device}, contiguous in its last dimension, "
+               f"got {out.dtype} {tuple(out.shape)} on {out.device}")
     return fp8
 
 def _host_scale(name, x) -> float:
@@ -64,8 +72,9 @@ def _first(bad: torch.Tensor) -> torch.Tensor:
     if flat.numel() == 0: return torch.full((), -1, dtype=torch.int64, device=bad.device)
     return torch.where(flat.any(), flat.to(torch.int32).argmax(), -1)
 
-def _check_metadata(block_table, seq_lens, cu_seqlens_q, *, num_tokens, num_blocks, block_size, max_seqlen_q, max_seqlen_k, v_scale=None):
-    """ValueError naming the argument, index and value unless the metadata fits the tensors (table above); one host sync.
+def _check_metadata(block_table, seq_lens, cu_seqlens_q, *, num_tokens, num_blocks, block_size, max_seqlen_q,
+                    max_seqlen_k, v_scale=None):
+    """ValueError naming the argument, index and value unless the metadata fits the tensors (table above); one sync.
     Returns `(longest sequence, v_scale as a float or None)`: a tensor `v_scale` rides along in the same read."""
     B, width, dev = seq_lens.shape[0], block_table.shape[1], seq_lens.device
     cu, sl = cu_seqlens_q.long(), seq_lens.long()
@@ -73,10 +82,12 @@ def _check_metadata(block_table, seq_lens, cu_seqlens_q, *, num_tokens, num_bloc
     pages = (sl.clamp(0, cap) + block_size - 1) // block_size                           # pages each request touches
     bt = block_table[:B].long()
     touched = torch.arange(width, device=dev)[None, :] < pages[:, None]
-    checks = [cu[:1] != 0, q_len < 1, cu[-1:] != num_tokens, sl < 1, sl > cap, q_len > sl, touched & ((bt < 0) | (bt >= num_blocks))]
+    checks = [cu[:1] != 0, q_len < 1, cu[-1:] != num_tokens, sl < 1, sl > cap, q_len > sl,
+              touched & ((bt < 0) | (bt >= num_blocks))]
     parts = [torch.stack([_first(c) for c in checks])]
     if B: parts.append(torch.stack([q_len.max(), sl.max()]))
-    if isinstance(v_scale, torch.Tensor): parts.append(v_scale.detach().reshape(1).to(device=dev, dtype=torch.float32).view(torch.int32).long())
+    if isinstance(v_scale, torch.Tensor):
+        parts.append(v_scale.detach().reshape(1).to(device=dev, dtype=torch.float32).view(torch.int32).long())
     got = torch.cat(parts).tolist()                                                     # the one host sync
     first, (mq, mk) = got[:7], (got[7:9] if B else (0, 0))
     vs = struct.unpack("<f", struct.pack("<i", got[-1]))[0] if isinstance(v_scale, torch.Tensor) else None
@@ -84,7 +95,8 @@ def _check_metadata(block_table, seq_lens, cu_seqlens_q, *, num_tokens, num_bloc
     if mq > max_seqlen_q:
         b = (cu[1:] - cu[:-1]).tolist().index(mq)
         raise ValueError(f"max_seqlen_q={max_seqlen_q} is below the longest query: request {b} has q_len {mq} "
-                         f"(cu_seqlens_q[{b}:{b + 2}] = {cu_seqlens_q[b:b + 2].tolist()}); rows past max_seqlen_q would be left unwritten")
+                         f"(cu_seqlens_q[{b}:{b + 2}] = {cu_seqlens_q[b:b + 2].tolist()}); "
+                         "rows past max_seqlen_q would be left unwritten")
     if max_seqlen_k is not None and mk > max_seqlen_k:
         b = seq_lens.tolist().index(mk)
         raise ValueError(f"max_seqlen_k={max_seqlen_k} is below the longest sequence: seq_lens[{b}] = {mk}")
@@ -96,12 +108,16 @@ def _raise_metadata(first, block_table, seq_lens, cu_seqlens_q, T, num_blocks, b
     i = next(k for k, f in enumerate(first) if f >= 0)
     b = first[i]
     if i == 0: raise ValueError(f"cu_seqlens_q[0] = {cu[0]}: must be 0")
-    if i == 1: raise ValueError(f"cu_seqlens_q[{b + 1}] = {cu[b + 1]} after cu_seqlens_q[{b}] = {cu[b]}: request {b} has q_len "
-                                f"{cu[b + 1] - cu[b]}; cu_seqlens_q must increase strictly (1 <= q_len for every request)")
+    if i == 1: raise ValueError(f"cu_seqlens_q[{b + 1}] = {cu[b + 1]} after cu_seqlens_q[{b}] = {cu[b]}: request {b} "
+                                f"has q_len {cu[b + 1] - cu[b]}; cu_seqlens_q must increase strictly "
+                                "(1 <= q_len for every request)")
     if i == 2: raise ValueError(f"cu_seqlens_q[{len(sl)}] = {cu[-1]}: must equal the {T} query tokens of q")
     if i == 3: raise ValueError(f"seq_lens[{b}] = {sl[b]}: must be >= 1")
-    if i == 4: raise ValueError(f"seq_lens[{b}] = {sl[b]} exceeds the block table's capacity, {width} blocks x {block_size} tokens = {width * block_size}")
-    if i == 5: raise ValueError(f"request {b}: q_len {cu[b + 1] - cu[b]} (cu_seqlens_q[{b}:{b + 2}] = {cu[b:b + 2]}) exceeds seq_lens[{b}] = {sl[b]}")
+    if i == 4: raise ValueError(f"seq_lens[{b}] = {sl[b]} exceeds the block table's capacity, {width} blocks x "
+                                f"{block_size} tokens = {width * block_size}")
+    if i == 5: raise ValueError(f"request {b}: q_len {cu[b + 1] - cu[b]} (cu_seqlens_q[{b}:{b + 2}] = {cu[b:b + 2]}) "
+                                f"exceeds seq_lens[{b}] = {sl[b]}")
     r, p = divmod(b, width)
-    raise ValueError(f"block_table[{r}, {p}] = {int(block_table[r, p])} is not a block of the caches, [0, {num_blocks}): "
-                     f"request {r} reads pages 0..{-(-sl[r] // block_size) - 1} (seq_lens[{r}] = {sl[r]}, block_size {block_size})")
+    raise ValueError(f"block_table[{r}, {p}] = {int(block_table[r, p])} is not a block of the caches, "
+                     f"[0, {num_blocks}): request {r} reads pages 0..{-(-sl[r] // block_size) - 1} "
+                     f"(seq_lens[{r}] = {sl[r]}, block_size {block_size})")

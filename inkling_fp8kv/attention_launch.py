@@ -32,7 +32,8 @@ _LAUNCH_KEYS = dict(prefill=frozenset({"block_q", "block_n", "num_warps", "num_s
 def _launch_config(kind: str, defaults: dict, config) -> dict:
     "`defaults` overridden by a caller's `config`; a key the `kind` launch does not read is refused, never ignored."
     bad = sorted(set(config or {}) - _LAUNCH_KEYS[kind])
-    if bad: raise ValueError(f"config keys {bad} are not {kind} launch parameters; accepted: {sorted(_LAUNCH_KEYS[kind])}")
+    if bad:
+        raise ValueError(f"config keys {bad} are not {kind} launch parameters; accepted: {sorted(_LAUNCH_KEYS[kind])}")
     return {**defaults, **(config or {})}
 
 # %% ../nbs/06b_attention_launch.ipynb #00a1c69e
@@ -41,7 +42,7 @@ def _num_sms(device) -> int:
 
 def decode_num_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, window=None, block_n: int = 64,
                       waves: int = 16, num_sms: int = 132) -> int:
-    "Splits per (request, KV head) for split-KV decode: at most `waves` programs per SM in all, at least one key tile each."
+    "Splits per (request, KV head) of split-KV decode: at most `waves` programs per SM in all, at least a key tile each."
     visible = min(max_seqlen_k, window) if window else max_seqlen_k
     # round down: a launch just over a whole number of resident waves leaves a few programs running alone at the end
     return max(1, min(waves * num_sms // (batch * num_kv_heads), triton.cdiv(visible, block_n), MAX_SPLITS))
@@ -53,7 +54,7 @@ def decode_config(batch: int, *, fp8: bool, device) -> tuple:
     return name, ATTN_CONFIGS[name]
 
 def decode_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, fp8: bool, window=None, device) -> int:
-    "The split count `rel_attention` picks for a decode batch when `num_splits` is None (its launch config's tiles and waves)."
+    "The split count `rel_attention` picks for a decode batch when `num_splits` is None (its config's tiles and waves)."
     _, cfg = decode_config(batch, fp8=fp8, device=device)
-    return decode_num_splits(batch, num_kv_heads, max_seqlen_k, window=window, block_n=cfg["block_n"], waves=cfg["split_waves"],
-                             num_sms=_num_sms(torch.device(device)))
+    return decode_num_splits(batch, num_kv_heads, max_seqlen_k, window=window, block_n=cfg["block_n"],
+                             waves=cfg["split_waves"], num_sms=_num_sms(torch.device(device)))

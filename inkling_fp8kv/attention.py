@@ -22,75 +22,84 @@ from .attention_checks import _is_int, _first, _raise_metadata
 
 _all_ = ["ATTN_CONFIGS", "MAX_SPLITS", "decode_num_splits", "decode_config", "decode_splits"]
 
-# %% ../nbs/07_attention.ipynb #c8cc056d
-def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q,
-                          softmax_scale, window, v_scale, threshold, num_splits, max_seqlen_k, out, config=None,
-                          fast_path=None):
+# %% ../nbs/07_attention.ipynb #cc92d33d
+def _constexprs(q, k_cache, window) -> dict:
+    "The constexprs both kernels take: head size, page size, window or not, fp8 or not, P's pre-scale, interpreter."
     fp8 = q.dtype == E4M3_DTYPE
-    T, Hq, D = q.shape
-    _, page, Hkv, _ = k_cache.shape
-    G, E, B = Hq // Hkv, rel_logits.shape[2], seq_lens.shape[0]
-    interp = triton_target() == "interpreter"
-    if triton_target() is None:
-        raise RuntimeError("the triton backend needs a CUDA GPU or TRITON_INTERPRET=1 set before import")
-    common = dict(HEAD_DIM=D, PAGE=page, HAS_WINDOW=window is not None, IS_FP8=fp8,
-                  P_OFFSET=float(MAX_OFFSET) if fp8 else 0.0, INTERP=interp)
-    sm_log2 = softmax_scale * LOG2E
-    W = window or 0
-    if max_seqlen_q == 1:
-        if fast_path:
-            raise NotImplementedError("fast_path=True, but a decode batch (max_seqlen_q == 1) runs the portable "
-                                      "split-KV kernel")
-        cfg = _launch_config("decode", decode_config(B, fp8=fp8, device=q.device)[1], config)
-        bn = cfg["block_n"]
-        if num_splits is None:
-            # one host sync without max_seqlen_k
-            mk = max_seqlen_k if max_seqlen_k is not None else int(seq_lens.max().item())
-            num_splits = decode_num_splits(B, Hkv, mk, window=window, block_n=bn, waves=cfg["split_waves"],
-                                           num_sms=_num_sms(q.device))
-        _check(isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS,
-               f"num_splits must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
-        opart = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device)
-        lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device)
-        _decode_split_kernel[(B, Hkv, num_splits)](
-            q, k_cache, v_cache, rel_logits, opart, lse, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, E, W,
-            num_splits, k_cache.shape[0],
-            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), rel_logits.stride(0), rel_logits.stride(1),
-            block_table.stride(0), opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
-            G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), BLOCK_N=bn, LAZY_SKIP=cfg["lazy_skip"],
-            PERM_V=cfg.get("perm_v", False),
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
-        _decode_merge_kernel[(B, Hq)](opart, lse, out, cu_seqlens_q, v_scale, num_splits,
-                                      opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
-                                      out.stride(0), out.stride(1), BLOCK_S=triton.next_power_of_2(num_splits),
-                                      HEAD_DIM=D)
-        return out
-    _check(num_splits in (None, 1), f"num_splits={num_splits}: split-KV is for decode batches (max_seqlen_q == 1) only")
-    if fast_path or (fast_path is None and fp8 and config is None and q.device.type == "cuda"):
-        from inkling_fp8kv import attention_sm90      # notebook 07c builds on this module: imported on first use
-        # the automatic choice asks the (cheap) capability first: on a GPU it does not vouch for, no eligibility work
-        why = (attention_sm90.sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=out)
-               if fast_path or attention_sm90.auto_selects(q.device) else "not picked automatically here")
-        if why is None:
-            return attention_sm90.launch_prefill_sm90(q, k_cache, v_cache, rel_logits, block_table=block_table,
-                                                       seq_lens=seq_lens, cu_seqlens_q=cu_seqlens_q,
-                                                       max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale,
-                                                       window=window, v_scale=v_scale, threshold=threshold, out=out)
-        if fast_path:
-            raise NotImplementedError(f"fast_path=True, but the SM90 prefill kernel cannot run this call: {why}")
+    return dict(HEAD_DIM=q.shape[2], PAGE=k_cache.shape[1], HAS_WINDOW=window is not None, IS_FP8=fp8,
+                P_OFFSET=float(MAX_OFFSET) if fp8 else 0.0, INTERP=triton_target() == "interpreter")
+
+def _launch_decode(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale, window,
+                   v_scale, threshold, num_splits, max_seqlen_k, out, config):
+    "Split-KV decode, one query per request: the split kernel over `num_splits` key ranges, then the LSE merge."
+    (Hq, D), Hkv, B = q.shape[1:], k_cache.shape[2], seq_lens.shape[0]
+    cfg = _launch_config("decode", decode_config(B, fp8=q.dtype == E4M3_DTYPE, device=q.device)[1], config)
+    bn = cfg["block_n"]
+    if num_splits is None:
+        # one host sync without max_seqlen_k
+        mk = max_seqlen_k if max_seqlen_k is not None else int(seq_lens.max().item())
+        num_splits = decode_num_splits(B, Hkv, mk, window=window, block_n=bn, waves=cfg["split_waves"],
+                                       num_sms=_num_sms(q.device))
+    _check(isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS,
+           f"num_splits must be an int in [1, {MAX_SPLITS}], got {num_splits!r}")
+    opart = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device)
+    lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device)
+    _decode_split_kernel[(B, Hkv, num_splits)](
+        q, k_cache, v_cache, rel_logits, opart, lse, block_table, seq_lens, cu_seqlens_q, softmax_scale * LOG2E,
+        threshold, rel_logits.shape[2], window or 0, num_splits, k_cache.shape[0],
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), rel_logits.stride(0), rel_logits.stride(1),
+        block_table.stride(0), opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
+        G=Hq // Hkv, BLOCK_G=max(16, triton.next_power_of_2(Hq // Hkv)), BLOCK_N=bn, LAZY_SKIP=cfg["lazy_skip"],
+        PERM_V=cfg.get("perm_v", False), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **_constexprs(q, k_cache, window))
+    _decode_merge_kernel[(B, Hq)](opart, lse, out, cu_seqlens_q, v_scale, num_splits,
+                                  opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
+                                  out.stride(0), out.stride(1), BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=D)
+    return out
+
+# %% ../nbs/07_attention.ipynb #536e95df
+def _launch_prefill(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q,
+                    softmax_scale, window, v_scale, threshold, out, config):
+    "The portable prefill kernel: one program per tile of query tokens, request and KV head."
+    fp8, interp = q.dtype == E4M3_DTYPE, triton_target() == "interpreter"
+    G, Hkv, B = q.shape[1] // k_cache.shape[2], k_cache.shape[2], seq_lens.shape[0]
     name = "prefill_interp" if interp else ("prefill_fp8" if fp8 else "prefill_bf16")
     cfg = _launch_config("prefill", ATTN_CONFIGS[name], config)
     bq = max(cfg["block_q"], triton.cdiv(16, G))                      # at least 16 rows: the MMA's minimum
     _prefill_kernel[(triton.cdiv(max_seqlen_q, bq), B, Hkv)](
-        q, k_cache, v_cache, rel_logits, out, block_table, seq_lens, cu_seqlens_q, sm_log2, threshold, v_scale, E, W,
-        k_cache.shape[0],
+        q, k_cache, v_cache, rel_logits, out, block_table, seq_lens, cu_seqlens_q, softmax_scale * LOG2E, threshold,
+        v_scale, rel_logits.shape[2], window or 0, k_cache.shape[0],
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), rel_logits.stride(0), rel_logits.stride(1),
         out.stride(0), out.stride(1), block_table.stride(0),
         G=G, BLOCK_Q=bq, BLOCK_N=cfg["block_n"], LAZY_SKIP=cfg["lazy_skip"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_constexprs(q, k_cache, window))
     return out
+
+# %% ../nbs/07_attention.ipynb #c8cc056d
+def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, num_splits, max_seqlen_k, config=None,
+                          fast_path=None, **kw):
+    "The `triton` backend: split-KV decode for a pure decode batch, else prefill (on SM90, the Gluon kernel if chosen)."
+    if triton_target() is None:
+        raise RuntimeError("the triton backend needs a CUDA GPU or TRITON_INTERPRET=1 set before import")
+    if max_seqlen_q == 1:
+        if fast_path:
+            raise NotImplementedError("fast_path=True, but a decode batch (max_seqlen_q == 1) runs the portable "
+                                      "split-KV kernel")
+        return _launch_decode(q, k_cache, v_cache, rel_logits, num_splits=num_splits, max_seqlen_k=max_seqlen_k,
+                              config=config, **kw)
+    _check(num_splits in (None, 1), f"num_splits={num_splits}: split-KV is for decode batches (max_seqlen_q == 1) only")
+    if fast_path or (fast_path is None and q.dtype == E4M3_DTYPE and config is None and q.device.type == "cuda"):
+        from inkling_fp8kv import attention_sm90      # notebook 07c builds on this module: imported on first use
+        # the automatic choice asks the (cheap) capability first: on a GPU it does not vouch for, no eligibility work
+        why = (attention_sm90.sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=kw["out"])
+               if fast_path or attention_sm90.auto_selects(q.device) else "not picked automatically here")
+        if why is None:
+            return attention_sm90.launch_prefill_sm90(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, **kw)
+        if fast_path:
+            raise NotImplementedError(f"fast_path=True, but the SM90 prefill kernel cannot run this call: {why}")
+    return _launch_prefill(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, config=config, **kw)
 
 # %% ../nbs/07_attention.ipynb #8ca41f94
 def _flex_rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale, window,

@@ -14,7 +14,8 @@ from .rescale import MAX_OFFSET, SAFE_RESCALE_THRESHOLD, check_rescale_threshold
 from .attention_kernels import _prefill_kernel, _decode_split_kernel, _decode_merge_kernel
 from .attention_launch import ATTN_CONFIGS, MAX_SPLITS, decode_num_splits, decode_config, decode_splits
 from .attention_launch import _launch_config, _num_sms
-from .attention_checks import _check, _validate, _host_scale, _check_metadata
+from .attention_checks import _check, _validate, _check_metadata
+from .numerics import scale_value
 # what this module held before the split keeps importing from it
 from .attention_kernels import key_range, _LOG2E, _p_to_mma, _swap_cols, _kv_tile, _tile
 from .attention_launch import _LAUNCH_KEYS
@@ -206,8 +207,8 @@ def rel_attention(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_
                                       num_blocks=k_cache.shape[0], block_size=k_cache.shape[1],
                                       max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, v_scale=v_scale)
         if mk is None: mk = max(longest, 1)
-        vs = _host_scale("v_scale", v_scale if vs is None else vs)
-    else: vs = _host_scale("v_scale", v_scale)
+        vs = scale_value("v_scale", v_scale if vs is None else vs)
+    else: vs = scale_value("v_scale", v_scale)
     _check(fp8 or vs == 1.0, f"v_scale={vs} with a bf16 cache: descales apply to fp8 caches only")
     if out is None: out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     be = select_backend(backend, fp8=fp8, device=q.device)

@@ -60,11 +60,6 @@ def _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens
                f"got {out.dtype} {tuple(out.shape)} on {out.device}")
     return fp8
 
-def _host_scale(name, x) -> float:
-    v = float(x.item()) if isinstance(x, torch.Tensor) else float(x)
-    _check(math.isfinite(v) and v > 0, f"{name} must be finite and > 0, got {v}")
-    return v
-
 # %% ../nbs/06c_attention_checks.ipynb #92b043d3
 def _first(bad: torch.Tensor) -> torch.Tensor:
     "Flat index of the first True in `bad`, or −1, as a 0-dim int64 device tensor (no host sync)."

@@ -13,6 +13,7 @@ import torch
 import triton
 from .numerics import E4M3_DTYPE, triton_target
 from .rescale import LOG2E, MAX_OFFSET, SAFE_RESCALE_THRESHOLD, check_rescale_threshold, lazy_rescale_max
+from .attention_kernels import key_range
 
 try:
     from triton.experimental import gluon
@@ -362,14 +363,7 @@ def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
 
     # key tiles [lo, lo + n_tiles * BLOCK_N) aligned to BLOCK_N; the first n_far are farther than E from every query
     pos0 = kv_len - q_len
-    pos_min = pos0 + tok0
-    hi = gl.minimum(pos_min + BLOCK_Q, kv_len)
-    if HAS_WINDOW:
-        lo = gl.maximum(pos_min - W + 1, 0) // BLOCK_N * BLOCK_N
-        n_far = 0
-    else:
-        lo = 0
-        n_far = gl.maximum(pos_min - E + 1, 0) // BLOCK_N
+    lo, n_far, hi = key_range(pos0 + tok0, kv_len, E, W, BLOCK_Q, BLOCK_N, HAS_WINDOW)     # the portable kernels' rule
     keys = KeyRange(lo, n_far, gl.cdiv(hi - lo, BLOCK_N), kv_len)
 
     k_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, HEAD_DIM], smem_layout)

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['GUARD_BLOCKS', 'NAN_BITS', 'PREP_CFG', 'CASES', 'Guarded', 'triton_debug', 'attention_spec', 'attention_case',
-           'prep_spec', 'prep_case', 'Worker']
+           'prep_spec', 'prep_inputs', 'prep_run', 'prep_case', 'Worker']
 
 # %% ../nbs/07b_fuzz.ipynb #4376c63e
 import dataclasses, math, multiprocessing
@@ -23,7 +23,7 @@ GUARD_BLOCKS = 2
 NAN_BITS = {torch.bfloat16: (torch.int16, 0x7FC0), E4M3_DTYPE: (torch.uint8, 0x7F)}
 
 class Guarded:
-    "A cache of `num_blocks` blocks with `guard` blocks of NaN bytes on each side, in one allocation; `.cache` is the middle."
+    "A cache of `num_blocks` blocks between `guard` blocks of NaN bytes on each side, in one allocation (`.cache`)."
     def __init__(self, num_blocks: int, *block_shape, dtype=torch.bfloat16, guard: int = GUARD_BLOCKS, device="cpu"):
         self.guard, self.dtype = guard, dtype
         self.full = torch.empty(guard + num_blocks + guard, *block_shape, dtype=dtype, device=device)
@@ -37,16 +37,17 @@ class Guarded:
         bits = self.full.view(view)
         return bool((bits[:self.guard] == code).all() and (bits[self.full.shape[0] - self.guard:] == code).all())
 
-
 # %% ../nbs/07b_fuzz.ipynb #5f856699
 PREP_CFG = tiny(rel_extent=32, sliding_window=16, log_scaling_n_floor=8)   # the store notebook's test model
 
-def _unit_rms(x): return x / x.pow(2).mean(-1, keepdim=True).sqrt()
+def _unit_rms(x: torch.Tensor) -> torch.Tensor:
+    "`x` scaled to unit RMS over its last dimension: the shape of Inkling's normalized queries and keys."
+    return x / x.pow(2).mean(-1, keepdim=True).sqrt()
 
 @contextmanager
 def triton_debug(on: bool = True):
-    """Compile `tl.device_assert` into kernels the Triton interpreter runs (its builder's `debug` option), for the block.
-    On a GPU the same is `TRITON_DEBUG=1` in the environment before the process starts."""
+    """Compile `tl.device_assert` into kernels the Triton interpreter runs (its builder's `debug` option), for the
+    block. On a GPU the same is `TRITON_DEBUG=1` in the environment before the process starts."""
     if not on or triton_target() != "interpreter":
         yield; return
     from triton.runtime import interpreter
@@ -59,115 +60,134 @@ def _scale(s):
     "A spec's scale: a number, or `('tensor', value)` for a one-element fp32 tensor."
     return torch.tensor([s[1]], dtype=torch.float32) if isinstance(s, (tuple, list)) else s
 
-
 # %% ../nbs/07b_fuzz.ipynb #158fe9fb
-def attention_spec(requests, *, page: int = 16, fp8: bool = False, window=None, Hq: int = 4, Hkv: int = 2, E: int | None = None,
-                   seed: int = 0, spare: int = 2) -> dict:
-    """A valid `attention_case` spec for `requests = [(num_cached, num_new), ...]`, laid out by `reference.build_batch` (`spare` unused
-    blocks); `E` defaults to the window on a local layer (as Inkling's), else 32."""
+def attention_spec(requests, *, page: int = 16, fp8: bool = False, window=None, Hq: int = 4, Hkv: int = 2,
+                   E: int | None = None, scales=(1.0, 1.0, 1.0), seed: int = 0, spare: int = 2) -> dict:
+    """A valid `attention_case` spec for `requests = [(num_cached, num_new), ...]`, laid out by `reference.build_batch`
+    (`spare` unused blocks); `E` defaults to the window on a local layer (as Inkling's), else 32; `scales` are fp8's
+    (q, k, v) dequant multipliers."""
     nb, E = sum(-(-(c + n) // page) for c, n in requests) + spare, E or window or 32
-    spec = dict(fp8=fp8, page=page, Hq=Hq, Hkv=Hkv, E=E, window=window, num_blocks=nb, seed=seed)
+    spec = dict(fp8=fp8, page=page, Hq=Hq, Hkv=Hkv, E=E, window=window, num_blocks=nb, seed=seed, scales=tuple(scales))
     if not requests:
-        return dict(spec, T=0, block_table=[], width=1, seq_lens=[], cu_seqlens_q=[0], max_seqlen_q=0, max_seqlen_k=None)
+        return dict(spec, T=0, block_table=[], width=1, seq_lens=[], cu_seqlens_q=[0], max_seqlen_q=0,
+                    max_seqlen_k=None)
     m = build_batch([(f"r{i}", c, n) for i, (c, n) in enumerate(requests)], BlockAllocator(nb, page, seed=seed))
     return dict(spec, T=m.num_actual_tokens, block_table=m.block_table.tolist(), width=m.block_table.shape[1],
-                seq_lens=m.seq_lens.tolist(), cu_seqlens_q=m.cu_seqlens_q.tolist(), max_seqlen_q=m.max_seqlen_q, max_seqlen_k=m.max_seqlen_k)
+                seq_lens=m.seq_lens.tolist(), cu_seqlens_q=m.cu_seqlens_q.tolist(), max_seqlen_q=m.max_seqlen_q,
+                max_seqlen_k=m.max_seqlen_k)
 
 def attention_case(spec: dict) -> dict:
-    "Run `rel_attention` on `spec`'s metadata over guarded caches; compare with `rel_attention_ref` on the same metadata."
+    "Run `rel_attention` on `spec`'s metadata over guarded caches; compare with `rel_attention_ref` on that metadata."
     g, dev = torch.Generator().manual_seed(spec["seed"]), kernel_device()
     page, Hq, Hkv, E, nb, T = spec["page"], spec["Hq"], spec["Hkv"], spec["E"], spec["num_blocks"], spec["T"]
     dt = E4M3_DTYPE if spec["fp8"] else torch.bfloat16
+    qs, ks, vs = spec.get("scales", (1.0, 1.0, 1.0)) if spec["fp8"] else (1.0, 1.0, 1.0)
     kv = Guarded(nb, page, Hkv, 256, dtype=dt)
     k = _unit_rms(torch.randn(nb, page, Hkv, 128, generator=g)) * 1.3              # every slot: Inkling-like K and V
     v = torch.randn(nb, page, Hkv, 128, generator=g) + torch.randn(1, 1, Hkv, 128, generator=g)
     q = _unit_rms(torch.randn(T, Hq, 128, generator=g)) * 1.3
-    if spec["fp8"]:                                                                  # e4m3 at unit scales
-        kv.cache[..., :128].view(torch.uint8).copy_(quantize_e4m3(k).view(torch.uint8))
-        kv.cache[..., 128:].view(torch.uint8).copy_(quantize_e4m3(v).view(torch.uint8))
-        q = quantize_e4m3(q)
+    if spec["fp8"]:                                                                 # e4m3 at the spec's scales
+        kv.cache[..., :128].view(torch.uint8).copy_(quantize_e4m3(k, ks).view(torch.uint8))
+        kv.cache[..., 128:].view(torch.uint8).copy_(quantize_e4m3(v, vs).view(torch.uint8))
+        q = quantize_e4m3(q, qs)
     else:
         kv.cache[..., :128], kv.cache[..., 128:], q = k.bfloat16(), v.bfloat16(), q.bfloat16()
     rel = (0.5 * torch.randn(T, Hq, E, generator=g)).bfloat16()
     i32 = lambda x, *shape: torch.tensor(x, dtype=torch.int32).reshape(*shape)
-    meta = dict(block_table=i32(spec["block_table"], len(spec["block_table"]), spec["width"]), seq_lens=i32(spec["seq_lens"], -1),
-                cu_seqlens_q=i32(spec["cu_seqlens_q"], -1))
+    meta = dict(block_table=i32(spec["block_table"], len(spec["block_table"]), spec["width"]),
+                seq_lens=i32(spec["seq_lens"], -1), cu_seqlens_q=i32(spec["cu_seqlens_q"], -1))
     kd = Guarded(nb, page, Hkv, 256, dtype=dt, device=dev)
     kd.full.copy_(kv.full)
     d = lambda t: t.to(dev)
     try:
         with triton_debug(spec.get("triton_debug", False)):
-            out = rel_attention(d(q), kd.cache[..., :128], kd.cache[..., 128:], d(rel), **{k: d(t) for k, t in meta.items()},
-                                max_seqlen_q=spec["max_seqlen_q"], max_seqlen_k=spec["max_seqlen_k"], softmax_scale=1 / 128,
-                                window=spec["window"], v_scale=_scale(spec.get("v_scale", 1.0)), validate=spec.get("validate", True))
+            out = rel_attention(d(q), kd.cache[..., :128], kd.cache[..., 128:], d(rel),
+                                **{k: d(t) for k, t in meta.items()}, max_seqlen_q=spec["max_seqlen_q"],
+                                max_seqlen_k=spec["max_seqlen_k"], softmax_scale=qs * ks / 128, window=spec["window"],
+                                v_scale=_scale(spec.get("v_scale", vs)), validate=spec.get("validate", True))
     except Exception as e: return dict(status="error", type=type(e).__name__, msg=str(e))
     o = out.float().cpu()
     res = dict(status="ok", guards_intact=kd.intact(), nan=bool(o.isnan().any()), shape=tuple(o.shape))
     if spec.get("reference", True) and T:
-        ref = rel_attention_ref(q, kv.cache[..., :128], kv.cache[..., 128:], rel, **meta, softmax_scale=1 / 128, window=spec["window"])
+        ref = rel_attention_ref(q, kv.cache[..., :128], kv.cache[..., 128:], rel, **meta, softmax_scale=1 / 128,
+                                window=spec["window"], q_scale=qs, k_scale=ks, v_scale=vs)
         res.update(max_abs=(o - ref).abs().max().item(), rel_fro=((o - ref).norm() / ref.norm()).item())
     return res
 
-
 # %% ../nbs/07b_fuzz.ipynb #75fe56b2
-def prep_spec(requests, *, page: int = 8, conv_block_size: int = 4, fp8: bool = False, local: bool = False, tp: int = 2,
-              path: str = "tiled", scales=(0.5, 2.0), seed: int = 0, spare: int = 2) -> dict:
-    "A valid `prep_case` spec for `requests = [(num_cached, num_new), ...]` (attention and conv groups laid out by `build_batch`)."
+def prep_spec(requests, *, page: int = 8, conv_block_size: int = 4, fp8: bool = False, local: bool = False,
+              tp: int = 2, path: str = "tiled", scales=(0.5, 2.0), seed: int = 0, spare: int = 2) -> dict:
+    "A valid `prep_case` spec for `requests = [(num_cached, num_new), ...]` (attention, conv groups by `build_batch`)."
     nb = sum(-(-(c + n) // page) for c, n in requests) + spare
     nbc = sum(-(-(c + n) // conv_block_size) for c, n in requests) + spare
     m = build_batch([(f"r{i}", c, n) for i, (c, n) in enumerate(requests)], BlockAllocator(nb, page, seed=seed),
                     BlockAllocator(nbc, conv_block_size, seed=seed + 1))
-    return dict(tp=tp, local=local, fp8=fp8, k_scale=scales[0], v_scale=scales[1], path=path, seed=seed, T=m.num_actual_tokens,
-                num_blocks=nb, page=page, num_conv_blocks=nbc, conv_block_size=conv_block_size, conv_width=m.conv_block_table.shape[1],
-                positions=m.positions.tolist(), seq_idx=m.seq_idx.tolist(), query_start=m.query_start.tolist(),
-                conv_block_table=m.conv_block_table.tolist(), conv_slot_mapping=m.conv_slot_mapping.tolist(), slot_mapping=m.slot_mapping.tolist())
+    lists = {k: getattr(m, k).tolist() for k in ("positions", "seq_idx", "query_start", "conv_block_table",
+                                                 "conv_slot_mapping", "slot_mapping")}
+    return dict(tp=tp, local=local, fp8=fp8, k_scale=scales[0], v_scale=scales[1], path=path, seed=seed,
+                T=m.num_actual_tokens, num_blocks=nb, page=page, num_conv_blocks=nbc, conv_block_size=conv_block_size,
+                conv_width=m.conv_block_table.shape[1], **lists)
 
 def _dist(a, b) -> int:
     "Largest bit-pattern distance of two same-dtype tensors: bf16 ulps, or e4m3 codes."
     view = torch.int16 if a.dtype == torch.bfloat16 else torch.uint8
     return int((a.contiguous().view(view).int() - b.contiguous().view(view).int()).abs().max()) if a.numel() else 0
 
+# %% ../nbs/07b_fuzz.ipynb #88c00f1d
+def prep_inputs(spec: dict) -> dict:
+    "`spec`'s host inputs, drawn from its seed: qkvr rows, the guarded caches filled with garbage, their shapes."
+    geom, T, N = PREP_CFG.rank(spec["tp"], local=spec["local"]), spec["T"], spec["conv_block_size"]
+    g = torch.Generator().manual_seed(spec["seed"])
+    x = (2 * torch.randn(T, geom.qkvr_width, generator=g)).bfloat16()
+    dt = E4M3_DTYPE if spec["fp8"] else torch.bfloat16
+    shapes = (((spec["num_blocks"], spec["page"], geom.num_kv_heads, 256), dt),
+              ((spec["num_conv_blocks"], geom.num_kv_heads, N, geom.conv_width_padded), torch.bfloat16))
+    kv0, cc0 = (Guarded(s[0], *s[1:], dtype=t) for s, t in shapes)
+    fill_garbage_(kv0.cache, spec["seed"] + 2); fill_garbage_(cc0.cache, spec["seed"] + 3)
+    return dict(geom=geom, x=x, shapes=shapes, kv=kv0, cc=cc0)
+
+def prep_run(spec: dict, inputs: dict, fn, device, **kw):
+    """`fn` (`qkvr_prep` or `reference_prep`) on `device`, over fresh copies of `inputs`' guarded caches:
+    `((q, rel) or the exception, kv, cc)`."""
+    geom, shapes = inputs["geom"], inputs["shapes"]
+    kv, cc = (Guarded(s[0], *s[1:], dtype=t, device=device) for s, t in shapes)
+    kv.full.copy_(inputs["kv"].full); cc.full.copy_(inputs["cc"].full)
+    t = lambda k, dtype: torch.tensor(spec[k], dtype=dtype, device=device)
+    meta = dict(positions=t("positions", torch.int64), seq_idx=t("seq_idx", torch.int32),
+                query_start=t("query_start", torch.int32), slot_mapping=t("slot_mapping", torch.int64),
+                conv_block_table=t("conv_block_table", torch.int32).reshape(-1, spec["conv_width"]),
+                conv_slot_mapping=t("conv_slot_mapping", torch.int64))
+    w = random_prep_weights(geom, seed=spec["seed"] + 1, device=device)
+    tau = None if geom.local else log_scaling_tau(meta["positions"], PREP_CFG.log_scaling_alpha,
+                                                  PREP_CFG.log_scaling_n_floor)
+    scales = {k: _scale(spec[k]) for k in ("k_scale", "v_scale")} if spec["fp8"] else {}
+    scales = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in scales.items()}
+    try: q, rel = fn(inputs["x"].to(device), w, geom=geom, **meta, conv_cache=cc.cache, k_cache=kv.cache[..., :128],
+                     v_cache=kv.cache[..., 128:], tau=tau, **scales, **kw)
+    except Exception as e: return e, kv, cc
+    return (q.cpu(), rel.cpu()), kv, cc
+
 def prep_case(spec: dict) -> dict:
     """Run `qkvr_prep` on `spec`'s metadata over guarded caches; report whether a refusal left every byte in place,
     or compare with `reference_prep` run from the same caches."""
-    geom, dev = PREP_CFG.rank(spec["tp"], local=spec["local"]), kernel_device()
-    T, nb, page, nbc, N = spec["T"], spec["num_blocks"], spec["page"], spec["num_conv_blocks"], spec["conv_block_size"]
-    dt = E4M3_DTYPE if spec["fp8"] else torch.bfloat16
-    g = torch.Generator().manual_seed(spec["seed"])
-    x, w = (2 * torch.randn(T, geom.qkvr_width, generator=g)).bfloat16(), random_prep_weights(geom, seed=spec["seed"] + 1)
-    shapes = ((nb, page, geom.num_kv_heads, 256), dt), ((nbc, geom.num_kv_heads, N, geom.conv_width_padded), torch.bfloat16)
-    kv0, cc0 = (Guarded(s[0], *s[1:], dtype=t) for s, t in shapes)
-    fill_garbage_(kv0.cache, spec["seed"] + 2); fill_garbage_(cc0.cache, spec["seed"] + 3)
-    def tensors(device):
-        t = lambda k, dtype: torch.tensor(spec[k], dtype=dtype, device=device)
-        return dict(positions=t("positions", torch.int64), seq_idx=t("seq_idx", torch.int32), query_start=t("query_start", torch.int32),
-                    conv_block_table=t("conv_block_table", torch.int32).reshape(-1, spec["conv_width"]),
-                    conv_slot_mapping=t("conv_slot_mapping", torch.int64), slot_mapping=t("slot_mapping", torch.int64))
-    def run(fn, device, **kw):
-        kv, cc = (Guarded(s[0], *s[1:], dtype=t, device=device) for s, t in shapes)
-        kv.full.copy_(kv0.full); cc.full.copy_(cc0.full)
-        meta, wd = tensors(device), random_prep_weights(geom, seed=spec["seed"] + 1, device=device)
-        tau = None if geom.local else log_scaling_tau(meta["positions"], PREP_CFG.log_scaling_alpha, PREP_CFG.log_scaling_n_floor)
-        scales = dict(k_scale=_scale(spec["k_scale"]), v_scale=_scale(spec["v_scale"])) if spec["fp8"] else {}
-        try: q, rel = fn(x.to(device), wd, geom=geom, **meta, conv_cache=cc.cache, k_cache=kv.cache[..., :128], v_cache=kv.cache[..., 128:],
-                         tau=tau, **{k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in scales.items()}, **kw)
-        except Exception as e: return e, kv, cc
-        return (q.cpu(), rel.cpu()), kv, cc
+    inputs = prep_inputs(spec)
     with triton_debug(spec.get("triton_debug", False)):
-        got, kv, cc = run(qkvr_prep, dev, force_path=spec["path"], validate=spec.get("validate", True))
+        got, kv, cc = prep_run(spec, inputs, qkvr_prep, kernel_device(), force_path=spec["path"],
+                               validate=spec.get("validate", True))
     same = lambda a, b: bool(torch.equal(a.full.cpu().view(torch.uint8), b.full.view(torch.uint8)))
     if isinstance(got, Exception):
-        return dict(status="error", type=type(got).__name__, msg=str(got), unchanged=same(kv, kv0) and same(cc, cc0))
+        return dict(status="error", type=type(got).__name__, msg=str(got),
+                    unchanged=same(kv, inputs["kv"]) and same(cc, inputs["cc"]))
     res = dict(status="ok", guards_intact=kv.intact() and cc.intact())
     if spec.get("reference", True):
-        want, kr, cr = run(reference_prep, "cpu")
-        if isinstance(want, Exception): return dict(res, status="reference_error", type=type(want).__name__, msg=str(want))
+        want, kr, cr = prep_run(spec, inputs, reference_prep, "cpu")
+        if isinstance(want, Exception):
+            return dict(res, status="reference_error", type=type(want).__name__, msg=str(want))
         kvk, kvr = kv.full.cpu(), kr.full
+        v_bytes = lambda t: t[..., 128:].contiguous().view(torch.uint8)
         res.update(q_ulps=_dist(got[0], want[0]), rel_ulps=_dist(got[1], want[1]), conv_equal=same(cc, cr),
-                   v_equal=bool(torch.equal(kvk[..., 128:].contiguous().view(torch.uint8), kvr[..., 128:].contiguous().view(torch.uint8))),
-                   k_dist=_dist(kvk[..., :128], kvr[..., :128]))
+                   v_equal=bool(torch.equal(v_bytes(kvk), v_bytes(kvr))), k_dist=_dist(kvk[..., :128], kvr[..., :128]))
     return res
-
 
 # %% ../nbs/07b_fuzz.ipynb #5bea2ce8
 CASES = dict(attention_case=attention_case, prep_case=prep_case)
@@ -195,7 +215,7 @@ class Worker:
         self.proc.start(); child.close(); self.starts += 1
 
     def run(self, name: str, spec: dict) -> dict:
-        "Result of `CASES[name](spec)` in the worker; `status` 'ok' or 'error' from the case, 'crashed' (exit code) or 'hung'."
+        "`CASES[name](spec)` in the worker; `status` 'ok' or 'error' from the case, 'crashed' (exit code) or 'hung'."
         if self.proc is None or not self.proc.is_alive(): self._start()
         self.conn.send((name, spec))
         if self.conn.poll(self.timeout):
@@ -215,4 +235,3 @@ class Worker:
             if self.proc.is_alive(): self.proc.kill(); self.proc.join()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
-

@@ -117,18 +117,17 @@ def environment_section(ctx: ReportContext) -> Section:
                    data=dict(env=e, gate=g, targets=rows))
 
 # %% ../nbs/15r_report.ipynb #b8727546
-CAPACITY_TERMS = """Terms, as vLLM uses them:
-
-- **block**: one id in vLLM's shared KV pool, standing for one page in every layer of a group of layers;
-  **num_blocks** is how many ids the budget holds, and **bytes per block id** what one costs.
-- **reserve** (blocks per request): the blocks vLLM sets aside for one request of max_model_len tokens, summed over
-  every group — conv state, sliding-window attention, full attention.
-- **concurrency**: num_blocks / reserve, how many max-length requests fit at once (vLLM logs it as "Maximum
-  concurrency").
-- **pool tokens**: int(concurrency × max_model_len), what vLLM logs as "GPU KV cache size"; the fp8 gain is fp8's pool
-  over bf16's.
-- **conv share**: the conv-state blocks' part of an fp8 request's reserve. The conv state stays bf16, so fp8 cannot
-  shrink that part: the gain is about 1 − conv share."""
+CAPACITY_TERMS = ("Terms, as vLLM uses them:\n\n"
+    "- **block**: one id in vLLM's shared KV pool, standing for one page in every layer of a group of layers; "
+    "**num_blocks** is how\n  many ids the budget holds, and **bytes per block id** what one costs.\n"
+    "- **reserve** (blocks per request): the blocks vLLM sets aside for one request of max_model_len tokens, summed "
+    "over every\n  group — conv state, sliding-window attention, full attention.\n"
+    "- **concurrency**: num_blocks / reserve, how many max-length requests fit at once (vLLM logs it as \"Maximum "
+    "concurrency\").\n"
+    "- **pool tokens**: int(concurrency × max_model_len), what vLLM logs as \"GPU KV cache size\"; the fp8 gain is "
+    "fp8's pool over bf16's.\n"
+    "- **conv share**: the conv-state blocks' part of an fp8 request's reserve. The conv state stays bf16, so fp8 "
+    "cannot shrink that\n  part: the gain is about 1 − conv share.")
 
 def _capacity_finding(a, tp, avail, b, f, gain) -> str:
     "The capacity section's sentence: the pool gain on these settings, and what bounds it."

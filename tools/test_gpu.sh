@@ -2,7 +2,7 @@
 # Run the notebooks' tests on a CUDA machine, `#| cuda` cells included, one notebook per process, with a pass/fail line
 # for each and a closing `N passed, N failed` line; the exit status is 1 when a notebook failed, 2 on a usage error.
 #
-#   tools/test_gpu.sh                 every notebook, then 07b_validation again with TRITON_DEBUG=1 (device-side asserts)
+#   tools/test_gpu.sh                 every notebook, then 07b_fuzz again with TRITON_DEBUG=1 (device-side asserts)
 #   tools/test_gpu.sh --gpu-only      only the notebooks the GPU changes (the rule below), then 07b with TRITON_DEBUG=1
 #   tools/test_gpu.sh NOTEBOOK...     only these: 07_attention, 07_attention.ipynb, nbs/07_attention.ipynb or a prefix
 #                                     such as 07b (matching nbs/07b_*.ipynb)

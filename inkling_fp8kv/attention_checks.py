@@ -9,12 +9,12 @@ __all__ = []
 import math, struct
 import torch
 from .numerics import E4M3_DTYPE
+from .config import is_int
 
 # %% ../nbs/06c_attention_checks.ipynb #c8f1b0e4
 def _check(cond, msg):
     if not cond: raise ValueError(msg)
 
-def _is_int(x) -> bool: return isinstance(x, int) and not isinstance(x, bool)
 
 def _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
               softmax_scale, window, out):
@@ -47,13 +47,13 @@ def _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens
            f"{cu_seqlens_q.dtype} {tuple(cu_seqlens_q.shape)}")
     for name, t in (("block_table", block_table), ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q)):
         _check(t.device == q.device, f"{name} is on {t.device}, q on {q.device}")
-    _check(_is_int(max_seqlen_q) and max_seqlen_q >= (1 if B else 0),
+    _check(is_int(max_seqlen_q) and max_seqlen_q >= (1 if B else 0),
            f"max_seqlen_q must be an int >= 1 (0 only for an empty batch), got {max_seqlen_q!r}")
-    _check(max_seqlen_k is None or (_is_int(max_seqlen_k) and max_seqlen_k >= 1),
+    _check(max_seqlen_k is None or (is_int(max_seqlen_k) and max_seqlen_k >= 1),
            f"max_seqlen_k must be None or an int >= 1, got {max_seqlen_k!r}")
     _check(math.isfinite(softmax_scale) and softmax_scale > 0,
            f"softmax_scale must be finite and > 0, got {softmax_scale}")
-    _check(window is None or (_is_int(window) and window >= 1), f"window must be None or an int >= 1, got {window!r}")
+    _check(window is None or (is_int(window) and window >= 1), f"window must be None or an int >= 1, got {window!r}")
     if out is not None:
         _check(out.shape == q.shape and out.dtype == torch.bfloat16 and out.stride(-1) == 1 and out.device == q.device,
                f"out must be bf16 {tuple(q.shape)} on {q.device}, contiguous in its last dimension, "

@@ -12,7 +12,7 @@ __all__ = ['CONV_STATE_DTYPE_BYTES', 'MAX_POOL_BYTES', 'PUBLISHED_SETTINGS', 'PU
 import math, numbers
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from .config import InklingConfig, kv_dtype_bytes
+from .config import InklingConfig, is_int, kv_dtype_bytes
 
 # %% ../nbs/11_capacity.ipynb #4cf61647
 CONV_STATE_DTYPE_BYTES = 2   # the conv state lives in the model dtype (bf16), whatever the KV-cache dtype
@@ -65,11 +65,10 @@ def layer_specs(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str = "bfloat16"
                                                   nbytes, cfg.sliding_window if local else None)
     return specs
 
-def _is_int(v) -> bool: return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 def _check_pos_int(**kw):
     for k, v in kw.items():
-        if not _is_int(v) or v < 1: raise ValueError(f"{k} must be a positive int, got {v!r}")
+        if not is_int(v) or v < 1: raise ValueError(f"{k} must be a positive int, got {v!r}")
 
 # %% ../nbs/11_capacity.ipynb #e24c9b03
 def unify_page_size(specs: dict) -> dict:
@@ -166,7 +165,7 @@ class PoolPlan:
 # %% ../nbs/11_capacity.ipynb #a5f7e083
 def _structure(cfg, *, tp, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_concurrent_batches, block_size, extra_retained_tokens):
     _check_pos_int(max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_concurrent_batches=max_concurrent_batches)
-    if not _is_int(extra_retained_tokens) or extra_retained_tokens < 0:
+    if not is_int(extra_retained_tokens) or extra_retained_tokens < 0:
         raise ValueError(f"extra_retained_tokens must be an int >= 0, got {extra_retained_tokens!r}")
     groups, group_size = group_layers(unify_page_size(layer_specs(cfg, tp=tp, kv_cache_dtype=kv_cache_dtype, block_size=block_size)))
     in_flight = max_concurrent_batches * max_num_batched_tokens
@@ -176,8 +175,8 @@ def _structure(cfg, *, tp, kv_cache_dtype, max_model_len, max_num_batched_tokens
 
 def _budgets(available_bytes) -> list:
     "One int budget per rank from an int or a list/tuple of ints; ValueError for anything else (a float, a string, an empty list)."
-    b = [available_bytes] if _is_int(available_bytes) else list(available_bytes) if isinstance(available_bytes, (list, tuple)) else None
-    if not b or any(not _is_int(x) for x in b):
+    b = [available_bytes] if is_int(available_bytes) else list(available_bytes) if isinstance(available_bytes, (list, tuple)) else None
+    if not b or any(not is_int(x) for x in b):
         raise ValueError(f"available_bytes must be an int or a non-empty list of ints (one per rank), got {available_bytes!r}")
     return [int(x) for x in b]
 

@@ -10,6 +10,7 @@ __all__ = ['SUPPORTED_KV_CACHE_DTYPES', 'FP8_E4M3_ALIASES', 'KNOWN_UNSUPPORTED_K
 import numbers, re
 from dataclasses import dataclass
 import torch
+from .config import is_int
 
 # %% ../nbs/02_gate.ipynb #1b1c78b2
 SUPPORTED_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
@@ -53,15 +54,13 @@ def _bf16_backends(cap, platform):
     return tuple(out)
 
 # %% ../nbs/02_gate.ipynb #c41a9700
-def _is_int(x) -> bool: return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
 def parse_capability(capability) -> tuple:
     "`(major, minor)` from a `(major, minor)` pair of ints (major 1–20, minor 0–9) or the int form `10·major + minor` (90); else ValueError."
     forms = "a (major, minor) pair of ints with major in 1..20 and minor in 0..9, or an int like 90 (= 10*major + minor)"
-    if _is_int(capability):
+    if is_int(capability):
         if not 10 <= capability <= 209: raise ValueError(f"capability {capability!r} is out of range: expected {forms}")
         return divmod(int(capability), 10)
-    if isinstance(capability, (tuple, list)) and len(capability) == 2 and all(_is_int(c) for c in capability):
+    if isinstance(capability, (tuple, list)) and len(capability) == 2 and all(is_int(c) for c in capability):
         major, minor = (int(c) for c in capability)
         if 1 <= major <= 20 and 0 <= minor <= 9: return (major, minor)
         raise ValueError(f"capability {tuple(capability)!r} is out of range: expected {forms}")

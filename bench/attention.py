@@ -8,7 +8,7 @@ it imports) at the serving shapes. The suite is `inkling_fp8kv.bench.attention_g
 
 On the GPU box, from the repository root:
     PYTHONPATH=$PWD python bench/attention.py [--quick] [--out DIR]
-Writes DIR/attention.json (DIR: $OUT, else bench/results) and prints its tables.
+-> attention.json in --out, $OUT or bench/results; --help for --quick and --smoke.
 `--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder.
 """
 import sys

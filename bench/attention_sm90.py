@@ -9,9 +9,7 @@ The suite is `inkling_fp8kv.bench.sm90_suite` (notebook 15c).
 On the GPU box, from the repository root, after carrying .fa4a/.fa4b (made by ../shared/tools/fa4-carry.sh; without
 them FA4 is recorded as not importable and the other peers are still measured):
     source bench/fa4-unpack.sh && PYTHONPATH=$PWD:$PYTHONPATH python bench/attention_sm90.py [--quick] [--out DIR]
-Writes DIR/attention_sm90.json (DIR: $OUT, else bench/results) and prints its tables.
-`--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
-(never bench/results).
+-> attention_sm90.json in --out, $OUT or bench/results; --help for --quick and --smoke.
 """
 import sys
 from inkling_fp8kv.bench import script_main

@@ -7,7 +7,7 @@ CUDA-graph replays. The suite is `inkling_fp8kv.bench.decode_splits_suite` (note
 
 On the GPU box, from the repository root:
     PYTHONPATH=$PWD python bench/decode_splits.py [--quick] [--out DIR]
-Writes DIR/decode_splits.json (DIR: $OUT, else bench/results) and prints its table.
+-> decode_splits.json in --out, $OUT or bench/results; --help for --quick and --smoke.
 `--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder.
 """
 import sys

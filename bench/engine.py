@@ -5,7 +5,7 @@ fixed cache budget beside `capacity.plan_pool`. The suite is `inkling_fp8kv.benc
 
 On the GPU box, from the repository root:
     PYTHONPATH=$PWD python bench/engine.py [--quick] [--requests N] [--prompt N] [--new N] [--out DIR]
-Writes DIR/engine.json (DIR: $OUT, else bench/results) and prints its table.
+-> engine.json in --out, $OUT or bench/results; --help for --quick and --smoke.
 `--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder.
 """
 import sys

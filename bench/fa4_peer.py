@@ -7,9 +7,7 @@ same run. The suite is `inkling_fp8kv.bench.peers_suite` (notebook 15c).
 On the GPU box, from the repository root, after carrying .fa4a/.fa4b (made by ../shared/tools/fa4-carry.sh; without
 them FA4 is recorded as not importable and the other peers are still measured):
     source bench/fa4-unpack.sh && PYTHONPATH=$PWD:$PYTHONPATH python bench/fa4_peer.py [--quick] [--out DIR]
-Writes DIR/fa4_peer.json (DIR: $OUT, else bench/results) and prints its tables.
-`--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
-(never bench/results).
+-> fa4_peer.json in --out, $OUT or bench/results; --help for --quick and --smoke.
 """
 import sys
 from inkling_fp8kv.bench import script_main

@@ -4,9 +4,7 @@ kernels timed alone in the same run. The suite is `inkling_fp8kv.bench.layer_sui
 
 On the GPU box, from the repository root:
     PYTHONPATH=$PWD python bench/layer.py [--quick] [--out DIR]
-Writes DIR/layer.json (DIR: $OUT, else bench/results) and prints its table and reading.
-`--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
-(never bench/results).
+-> layer.json in --out, $OUT or bench/results; --help for --quick and --smoke.
 """
 import sys
 from inkling_fp8kv.bench import script_main

@@ -4,9 +4,7 @@ checks and a launch-parameter sweep. The suite is `inkling_fp8kv.bench.write_sui
 
 On the GPU box, from the repository root (plain Python, no nbdev needed):
     PYTHONPATH=$PWD python bench/write_path.py [--quick] [--no-sweep] [--budget-s S] [--out DIR]
-Writes DIR/write_path.json (DIR: $OUT, else bench/results) and prints its table and reading.
-`--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
-(never bench/results).
+-> write_path.json in --out, $OUT or bench/results; --help for --quick and --smoke.
 """
 import sys
 from inkling_fp8kv.bench import script_main

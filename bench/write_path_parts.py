@@ -4,9 +4,7 @@ programs and restricted to its q + logit programs. The suite is `inkling_fp8kv.b
 
 On the GPU box, from the repository root:
     PYTHONPATH=$PWD python bench/write_path_parts.py [--quick] [--out DIR]
-Writes DIR/write_path_parts.json (DIR: $OUT, else bench/results) and prints its table and reading.
-`--smoke` runs tiny shapes (on a CPU: with TRITON_INTERPRET=1) to check the plumbing, into a temporary folder
-(never bench/results).
+-> write_path_parts.json in --out, $OUT or bench/results; --help for --quick and --smoke.
 """
 import sys
 from inkling_fp8kv.bench import script_main

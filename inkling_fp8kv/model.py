@@ -4,94 +4,34 @@
 
 # %% ../nbs/12_model.ipynb #11074cc2
 from __future__ import annotations
-import gzip, json, math
-from dataclasses import MISSING, asdict, dataclass, field
+import json, math
 from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from .config import InklingConfig
 from .layer import InklingAttention
-from .reference import BlockAllocator, build_batch, rms_norm, sconv_paged, SCONV_WIDTH
+from .reference import rms_norm, sconv_paged, SCONV_WIDTH
+from .batch import ModelBatch
+from .checkpoint import (MAX_SHARD_BYTES, config_from_json, config_to_json, declared_kv_cache_dtype, read_checkpoint,
+                                      tiny_checkpoint, write_checkpoint)
+from .text import (NUM_BYTES, BOS, PAD, TEXT_VOCAB, PASSKEY_SENTENCE, PASSKEY_QUESTION, encode, decode, text_segments,
+                                text_sequences, heldout_documents, calibration_text, modern_prose, passkey_sequence, passkey_prompts,
+                                passkey_correct)
+from .serving import Engine, Request
+_all_ = ['MAX_SHARD_BYTES', 'config_from_json', 'config_to_json', 'declared_kv_cache_dtype', 'tiny_checkpoint', 'ModelBatch',
+         'NUM_BYTES', 'BOS', 'PAD', 'TEXT_VOCAB', 'PASSKEY_SENTENCE', 'PASSKEY_QUESTION', 'encode', 'decode', 'text_segments',
+         'text_sequences', 'heldout_documents', 'calibration_text', 'modern_prose', 'passkey_sequence', 'passkey_prompts',
+         'passkey_correct', 'Engine', 'Request']
 
 # %% auto #0
-__all__ = ['NUM_BYTES', 'BOS', 'PAD', 'TEXT_VOCAB', 'PASSKEY_SENTENCE', 'PASSKEY_QUESTION', 'MAX_SHARD_BYTES', 'encode', 'decode',
+__all__ = ['tiny_lm_config', 'InklingBlockAttention', 'InklingMLP', 'InklingDecoderLayer', 'InklingLM', 'rel_bias_dense',
+           'dense_attention', 'dense_logits', 'train_log', 'planted_rows', 'plant_v_outliers', 'MAX_SHARD_BYTES',
+           'config_from_json', 'config_to_json', 'declared_kv_cache_dtype', 'tiny_checkpoint', 'ModelBatch',
+           'NUM_BYTES', 'BOS', 'PAD', 'TEXT_VOCAB', 'PASSKEY_SENTENCE', 'PASSKEY_QUESTION', 'encode', 'decode',
            'text_segments', 'text_sequences', 'heldout_documents', 'calibration_text', 'modern_prose',
-           'passkey_sequence', 'passkey_prompts', 'passkey_correct', 'tiny_lm_config', 'InklingBlockAttention',
-           'InklingMLP', 'InklingDecoderLayer', 'InklingLM', 'rel_bias_dense', 'dense_attention', 'dense_logits',
-           'ModelBatch', 'config_to_json', 'config_from_json', 'declared_kv_cache_dtype', 'Request', 'Engine',
-           'tiny_checkpoint', 'train_log', 'planted_rows', 'plant_v_outliers']
-
-# %% ../nbs/12_model.ipynb #8a1435eb
-NUM_BYTES = 256
-BOS, PAD = 256, 257                 # the specials after the 256 byte ids
-TEXT_VOCAB = 264                    # 256 bytes + BOS + PAD + 6 unused ids (a multiple of 8)
-PASSKEY_SENTENCE = " The pass key is {key}. Remember it. "
-PASSKEY_QUESTION = " What is the pass key? The pass key is"
-
-def encode(text: str) -> list[int]:
-    "One id per UTF-8 byte of `text` (no BOS added)."
-    if not isinstance(text, str): raise TypeError(f"encode takes a str, got {type(text).__name__}")
-    return list(text.encode("utf-8"))
-
-def decode(ids) -> str:
-    "The text of byte ids (specials dropped; an incomplete UTF-8 sequence, as a model may generate, shows as U+FFFD)."
-    return bytes(int(i) for i in ids if 0 <= int(i) < NUM_BYTES).decode("utf-8", errors="replace")
-
-def text_segments(text: str, max_len: int) -> list:
-    "The bytes of `text` in consecutive segments of at most `max_len - 1` ids (room for a BOS each)."
-    if max_len < 2: raise ValueError(f"max_len={max_len} leaves no room for a byte after BOS")
-    b = encode(text)
-    return [b[s:s + max_len - 1] for s in range(0, len(b), max_len - 1)]
-
-def text_sequences(texts, max_len: int) -> list:
-    "Every text's segments as sequences of at most `max_len` ids, each after a BOS of its own, in order."
-    return [[BOS, *seg] for t in texts for seg in text_segments(t, max_len)]
-
-def _data_dir() -> Path:
-    import inkling_fp8kv
-    return Path(inkling_fp8kv.__file__).parent / "data"
-
-def heldout_documents() -> list:
-    "The held-out books shipped in the package, `[(name, text)]` (never trained on; the split is in `tools/corpus.py`)."
-    d = json.loads(gzip.decompress((_data_dir() / "heldout.json.gz").read_bytes()))
-    return [(x["name"], x["text"]) for x in d["documents"]]
-
-def calibration_text() -> str:
-    "Training-split text shipped for calibration (no byte of it is in the held-out slice)."
-    return gzip.decompress((_data_dir() / "calibration.txt.gz").read_bytes()).decode("utf-8")
-
-def modern_prose() -> str:
-    "A few paragraphs of contemporary prose written for this package: text unlike the corpus, never trained on."
-    return (_data_dir() / "modern_prose.txt").read_text(encoding="utf-8")
-
-# %% ../nbs/12_model.ipynb #5c1a7e01
-def passkey_sequence(prose: bytes, key: int, depth: int, prefix: int, *, answer: bool) -> list:
-    "BOS, `prefix` bytes of `prose`, the pass-key sentence, the next `depth` bytes of `prose`, the question (+ `' KEY.'` if `answer`)."
-    if not 10_000 <= key < 100_000: raise ValueError(f"key={key}: pass keys have five digits")
-    if len(prose) < prefix + depth: raise ValueError(f"{len(prose)} bytes of prose cannot hold prefix {prefix} + depth {depth}")
-    ids = [BOS, *prose[:prefix], *encode(PASSKEY_SENTENCE.format(key=key)), *prose[prefix:prefix + depth], *encode(PASSKEY_QUESTION)]
-    return ids + encode(f" {key}.") if answer else ids
-
-def passkey_prompts(documents, n: int, depth: int, *, seed: int, prefix: tuple = (16, 256)) -> dict:
-    "`n` prompts hiding a pass key `depth` bytes of `documents`' prose before the question: `prompts`, `keys` (str), `depth`."
-    texts = [d[1] if isinstance(d, tuple) else d for d in documents]
-    stream = b"\n\n".join(t.encode("utf-8") for t in texts)
-    if len(stream) < prefix[1] + depth: raise ValueError(f"{len(stream)} bytes of prose are too few for depth {depth}")
-    rng = np.random.default_rng([seed, depth, 0x9A55])
-    out = dict(prompts=[], keys=[], depth=depth)
-    for _ in range(n):
-        pre, key = int(rng.integers(*prefix)), int(rng.integers(10_000, 100_000))
-        start = int(rng.integers(0, len(stream) - pre - depth + 1))
-        out["prompts"].append(passkey_sequence(stream[start:start + pre + depth], key, depth, pre, answer=False))
-        out["keys"].append(str(key))
-    return out
-
-def passkey_correct(generated, keys) -> np.ndarray:
-    "Exact match of greedy continuations (at least 6 ids each) with `' ' + key`: the five digits, nothing else."
-    return np.array([list(g[:6]) == encode(" " + k) for g, k in zip(generated, keys)], dtype=bool)
+           'passkey_sequence', 'passkey_prompts', 'passkey_correct', 'Engine', 'Request']
 
 # %% ../nbs/12_model.ipynb #6693551c
 def tiny_lm_config(**kw) -> InklingConfig:
@@ -245,12 +185,6 @@ def dense_logits(model: "InklingLM", tokens: torch.Tensor, *, dropout: float = 0
     return F.linear(rms_norm(h, llm.norm.weight, eps).to(dt), llm.unembed.weight.to(dt))
 
 # %% ../nbs/12_model.ipynb #a1c5c34d
-@dataclass
-class ModelBatch:
-    "One serving step: the flattened tokens and the per-group metadata (`local`, `global`; both carry the conv group's tables)."
-    tokens: torch.Tensor            # [T] int64
-    metas: dict                     # "local" / "global" -> BatchMeta
-
 @torch.no_grad()
 def _lm_forward(self: InklingLM, batch: ModelBatch, *, logit_rows: torch.Tensor | None = None) -> torch.Tensor:
     "Serve one step through the paged caches (every layer's caches must be bound): fp32 logits of `logit_rows` (default: all rows)."
@@ -273,71 +207,26 @@ def _lm_forward(self: InklingLM, batch: ModelBatch, *, logit_rows: torch.Tensor 
 
 InklingLM.forward = _lm_forward
 
-# %% ../nbs/12_model.ipynb #75aa2a84
-_JSON_NAMES = dict(num_layers="num_hidden_layers", num_kv_heads="num_key_value_heads", swa_num_kv_heads="swa_num_key_value_heads",
-                   sliding_window="sliding_window_size")
-MAX_SHARD_BYTES = 2_000_000
-
-def config_to_json(cfg: InklingConfig) -> dict:
-    "`config.json` in vLLM's Inkling naming (dense MLP everywhere: `dense_mlp_idx = num_hidden_layers`)."
-    d = {_JSON_NAMES.get(k, k): (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}
-    return dict(architectures=["InklingForCausalLM"], model_type="inkling_model", torch_dtype="bfloat16", use_embed_norm=True,
-                swa_head_dim=cfg.head_dim, v_head_dim=cfg.head_dim, **d)
-
-def config_from_json(d: dict) -> InklingConfig:
-    "The `InklingConfig` a `config.json` describes (unknown keys ignored; missing required keys → KeyError naming them)."
-    inv = {v: k for k, v in _JSON_NAMES.items()}
-    fields_ = InklingConfig.__dataclass_fields__
-    kw = {inv.get(k, k): v for k, v in d.items() if inv.get(k, k) in fields_}
-    need = [f for f, spec in fields_.items() if spec.default is MISSING and f not in kw]
-    if need: raise KeyError(f"config.json lacks {[_JSON_NAMES.get(f, f) for f in need]}")
-    kw["local_layer_ids"] = tuple(kw["local_layer_ids"])
-    return InklingConfig(**kw)
-
-def declared_kv_cache_dtype(d: dict) -> str | None:
-    "The KV scheme a checkpoint's `quantization_config` declares (`'fp8_e4m3'` for FP8), else None."
-    algo = (d.get("quantization_config") or {}).get("kv_cache_quant_algo")
-    if algo is None: return None
-    if str(algo).upper() != "FP8": raise ValueError(f"config.json declares kv_cache_quant_algo={algo!r}; only 'FP8' (per-tensor e4m3) is served")
-    return "fp8_e4m3"
-
 # %% ../nbs/12_model.ipynb #4e4fd781
 def _save_pretrained(self: InklingLM, path, *, max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
     "Write `config.json`, safetensors shards of at most `max_shard_bytes` and `model.safetensors.index.json` (vLLM names; scales included)."
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
     keep = getattr(self, "loaded_scale_names", set())          # scales are written only where a checkpoint or calibration set them
-    sd = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items() if not k.endswith("_scale") or k in keep}
-    shards, cur, size = [], {}, 0
-    for name in sorted(sd):
-        nb = sd[name].numel() * sd[name].element_size()
-        if cur and size + nb > max_shard_bytes: shards.append(cur); cur, size = {}, 0
-        cur[name] = sd[name]; size += nb
-    if cur: shards.append(cur)
-    weight_map = {}
-    for i, sh in enumerate(shards):
-        fn = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        save_file(sh, str(path / fn), metadata={"format": "pt"})
-        weight_map.update({n: fn for n in sh})
-    total = sum(t.numel() * t.element_size() for t in sd.values())
-    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
+    sd = {k: v for k, v in self.state_dict().items() if not k.endswith("_scale") or k in keep}
     cfg = config_to_json(self.cfg)
     qc = getattr(self, "quantization_config", None)     # a declared KV scheme survives a re-save
     if qc: cfg["quantization_config"] = qc
-    (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    return path
+    return write_checkpoint(path, sd, cfg, max_shard_bytes=max_shard_bytes)
 
 @classmethod
 def _from_pretrained(cls, path, *, kv_cache_dtype: str = "auto", kernels: str = "auto", platform=None, capability=None, device=None,
                      warn: bool = True) -> InklingLM:
     "Load a checkpoint written by `save_pretrained` (or by vLLM-style tools): weights strictly, then the KV scales via `scales.load_kv_scales` + coverage check."
-    from inkling_fp8kv.calibrate import read_checkpoint_tensors
     from inkling_fp8kv.layer import load_layer_scales
     path = Path(path)
-    cj = json.loads((path / "config.json").read_text())
+    cj, tensors = read_checkpoint(path)
     cfg = config_from_json(cj)
     if kv_cache_dtype == "auto": kv_cache_dtype = declared_kv_cache_dtype(cj) or "auto"
     m = cls(cfg, kv_cache_dtype=kv_cache_dtype, kernels=kernels, platform=platform, capability=capability, device=device)
-    tensors = dict(read_checkpoint_tensors(path))
     scale_names = {n for n in tensors if n.endswith(("_scale",)) and ".attn." in n}
     weights = {n: t for n, t in tensors.items() if n not in scale_names}
     own = {n for n, _ in m.named_parameters()}
@@ -360,179 +249,10 @@ def _from_pretrained(cls, path, *, kv_cache_dtype: str = "auto", kernels: str = 
 InklingLM.save_pretrained = _save_pretrained
 InklingLM.from_pretrained = _from_pretrained
 
-# %% ../nbs/12_model.ipynb #53de183a
-@dataclass
-class Request:
-    "A request's state in the `Engine`."
-    rid: int
-    tokens: list                   # prompt + generated so far
-    num_prompt: int
-    max_new: int
-    num_computed: int = 0          # tokens whose KV is in the cache
-    out: list = field(default_factory=list)
-    logprobs: list | None = None   # score(): per computed position, log p(next token)
-    top1: list | None = None
-    full: list | None = None       # score(full=True): per step, the next-token log-probabilities [n, V] (CPU)
-
-
-class Engine:
-    "A minimal paged serving loop: per-group block pools, admission by free blocks, chunked prefill under a token budget, decode batches."
-    GROUPS = ("local", "global", "conv")
-
-    def __init__(self, model: InklingLM, *, max_num_seqs: int = 8, max_num_batched_tokens: int = 512, block_size: int = 16,
-                 max_model_len: int = 8192, num_blocks: int | None = None, cache_bytes: int | None = None, conv_block_size: int = 16):
-        for n, v in dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
-                         max_model_len=max_model_len, conv_block_size=conv_block_size).items():
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{n} must be a positive int, got {v!r}")
-        self.model, self.max_num_seqs, self.budget, self.max_model_len = model, max_num_seqs, max_num_batched_tokens, max_model_len
-        self.block_size, self.conv_block_size = block_size, conv_block_size
-        self.dev = model.device
-        if num_blocks is None:
-            per_tok = self.cache_bytes_per_token()
-            num_blocks = (cache_bytes // per_tok // block_size if cache_bytes is not None
-                          else max_num_seqs * -(-max_model_len // block_size))        # every request fits at max_model_len
-            if num_blocks < 1: raise ValueError(f"cache_bytes={cache_bytes} holds no block ({per_tok} bytes per token)")
-        self.num_blocks = num_blocks
-        conv_blocks = -(-num_blocks * block_size // conv_block_size)
-        self.alloc = {"local": BlockAllocator(num_blocks, block_size), "global": BlockAllocator(num_blocks, block_size),
-                      "conv": BlockAllocator(conv_blocks, conv_block_size)}
-        for a in model.attn_layers.values():
-            kv, conv = a.alloc_caches(num_blocks, block_size, conv_blocks, conv_block_size)
-            kv.zero_(); conv.zero_()                       # unwritten slots read as zeros (never attended; tidy for inspection)
-            a.bind_cache(kv, conv)
-        self.waiting, self.running, self.finished, self._next = [], [], {}, 0
-        self.steps = self.tokens_computed = 0
-
-    def cache_bytes_per_token(self) -> int:
-        "Cache bytes one token costs across all layers: K+V of every attention layer (local ones too: no window freeing here) + conv state."
-        m = self.model
-        kv = sum(2 * a.geom.num_kv_heads * a.geom.head_dim * a.kv.storage_dtype.itemsize for a in m.attn_layers.values())
-        conv = sum(a.geom.num_kv_heads * a.geom.conv_width_padded * 2 for a in m.attn_layers.values())
-        return kv + conv
-
-# %% ../nbs/12_model.ipynb #825d2ed6
-def _check_tokens(self: Engine, toks, extra: int) -> list:
-    toks = [int(t) for t in (toks.tolist() if hasattr(toks, "tolist") else toks)]
-    V = self.model.cfg.vocab_size
-    if not toks: raise ValueError("a request needs at least one token")
-    bad = [t for t in toks if not 0 <= t < V]
-    if bad: raise ValueError(f"token ids {bad[:4]} are outside the vocabulary [0, {V})")
-    if len(toks) + extra > self.max_model_len: raise ValueError(f"{len(toks)} + {extra} tokens exceed max_model_len={self.max_model_len}")
-    need = -(-(len(toks) + extra) // self.block_size)
-    if need > self.num_blocks: raise ValueError(f"a request of {len(toks) + extra} tokens needs {need} blocks; the pool has {self.num_blocks}")
-    return toks
-
-def _add(self: Engine, toks, max_new: int, score: bool, full: bool = False) -> int:
-    r = Request(self._next, self._check_tokens(toks, max_new), 0, max_new)
-    r.num_prompt = len(r.tokens)
-    if score: r.logprobs, r.top1 = [], []
-    if full: r.full = []
-    self._next += 1
-    self.waiting.append(r)
-    return r.rid
-
-def _admit(self: Engine):
-    while self.waiting and len(self.running) < self.max_num_seqs:
-        r = self.waiting[0]
-        n = len(r.tokens) + r.max_new
-        if any(-(-n // a.block_size) > a.num_free for a in self.alloc.values()): break     # admission by free blocks (FCFS, no preemption)
-        for a in self.alloc.values(): a.allocate(r.rid, n)
-        self.running.append(self.waiting.pop(0))
-
-def _schedule(self: Engine) -> list:
-    "This step's `(request, num_new_tokens)`: decodes first, then prefill chunks under the token budget (FCFS)."
-    self._admit()
-    left, plan = self.budget, []
-    for r in sorted(self.running, key=lambda r: (len(r.tokens) - r.num_computed > 1 or r.num_computed == 0, r.rid)):
-        if left == 0: break
-        n = min(len(r.tokens) - r.num_computed, left)
-        plan.append((r, n)); left -= n
-    return plan
-
-def _step(self: Engine) -> int:
-    "Run one forward over the scheduled batch; returns the number of tokens computed."
-    plan = self._schedule()
-    if not plan: raise RuntimeError("nothing schedulable: the pool cannot admit the next request")
-    reqs = [(r.rid, r.num_computed, n) for r, n in plan]
-    toks = torch.tensor([t for r, n in plan for t in r.tokens[r.num_computed:r.num_computed + n]], dtype=torch.int64, device=self.dev)
-    metas = {g: build_batch(reqs, self.alloc[g], self.alloc["conv"], device=self.dev) for g in ("local", "global")}
-    rows, row0 = [], 0
-    for r, n in plan:
-        done = r.num_computed + n == len(r.tokens)
-        if r.logprobs is not None: rows += range(row0, row0 + n)
-        elif done: rows.append(row0 + n - 1)
-        row0 += n
-    logits = self.model(ModelBatch(toks, metas), logit_rows=torch.tensor(rows, dtype=torch.int64, device=self.dev))   # always run: it fills the caches
-    lp = torch.log_softmax(logits, -1)
-    i = 0
-    for r, n in plan:
-        c0 = r.num_computed
-        r.num_computed += n
-        if r.logprobs is not None:
-            nxt = r.tokens[c0 + 1:c0 + n + 1]                     # targets of rows c0 .. c0+n-1 (the last row has none)
-            blk = lp[i:i + n]
-            r.logprobs += blk[torch.arange(len(nxt)), torch.tensor(nxt, dtype=torch.int64, device=self.dev)].tolist()
-            r.top1 += blk.argmax(-1)[:len(nxt)].tolist()
-            if r.full is not None: r.full.append(blk[:len(nxt)].cpu())
-            i += n
-            if r.num_computed == len(r.tokens): self._finish(r)
-        elif r.num_computed == len(r.tokens):
-            t = int(lp[i].argmax()); i += 1
-            r.tokens.append(t); r.out.append(t)
-            if len(r.out) == r.max_new: self._finish(r)
-    self.steps += 1; self.tokens_computed += len(toks)
-    return len(toks)
-
-def _finish(self: Engine, r: Request):
-    self.running.remove(r)
-    for a in self.alloc.values(): a.free(r.rid)
-    self.finished[r.rid] = r
-
-def _run(self: Engine, rids: list, progress: bool, desc: str) -> list:
-    total = sum(len(r.tokens) + r.max_new for r in self.waiting + self.running if r.rid in set(rids))
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=total, desc=desc, unit="tok")
-    while any(rid not in self.finished for rid in rids):
-        n = self._step()
-        if bar is not None: bar.update(n)
-    if bar is not None: bar.close()
-    return [self.finished.pop(rid) for rid in rids]
-
-def _generate(self: Engine, prompts, max_new_tokens: int = 16, *, progress: bool = False) -> list:
-    "Greedy continuations of `prompts` (token lists), `max_new_tokens` each, served together under the engine's limits."
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1: raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    rids = [self._add(p, max_new_tokens, False) for p in prompts]
-    return [r.out for r in self._run(rids, progress, "generate")]
-
-def _score(self: Engine, seqs, *, full: bool = False, progress: bool = False) -> list:
-    "Teacher-forced scoring: per sequence, `logprobs[p]` = log P(tokens[p+1] | tokens[:p+1]) and `top1[p]`, both `[L-1]`, via chunked prefill; `full=True` adds `logp [L-1, V]` (every next-token log-probability, fp32)."
-    rids = [self._add(s, 0, True, full) for s in seqs]
-    out = []
-    for r in self._run(rids, progress, "score"):
-        d = dict(logprobs=np.array(r.logprobs, dtype=np.float32), top1=np.array(r.top1, dtype=np.int64))
-        if full: d["logp"] = torch.cat(r.full).numpy() if r.full else np.zeros((0, self.model.cfg.vocab_size), np.float32)
-        out.append(d)
-    return out
-
-Engine._check_tokens, Engine._add, Engine._admit, Engine._schedule = _check_tokens, _add, _admit, _schedule
-Engine._step, Engine._finish, Engine._run, Engine.generate, Engine.score = _step, _finish, _run, _generate, _score
-
 # %% ../nbs/12_model.ipynb #7c31223e
-def _weights_dir() -> Path:
-    import inkling_fp8kv
-    return Path(inkling_fp8kv.__file__).parent / "weights"
-
-def tiny_checkpoint() -> Path:
-    "Path of the trained tiny Inkling shipped in the package (bf16, no KV scales: an fp8 load of it is uncalibrated)."
-    p = _weights_dir() / "tiny"
-    if not (p / "model.safetensors.index.json").exists(): raise FileNotFoundError(f"the embedded checkpoint is missing from {p}: reinstall the package")
-    return p
-
 def train_log() -> dict:
     "The training log of the shipped checkpoint (loss, held-out accuracy during training, served accuracy, command, GPU, versions)."
-    return json.loads((_weights_dir() / "train_log.json").read_text())
+    return json.loads((tiny_checkpoint().parent / "train_log.json").read_text())
 
 # %% ../nbs/12_model.ipynb #107eab2f
 def planted_rows(attn: InklingAttention, channels: int) -> list:

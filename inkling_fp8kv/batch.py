@@ -15,7 +15,8 @@ import torch
 class BlockAllocator:
     "Physical-block pool of one KV-cache group: hands out blocks (shuffled when seeded) and remembers each request's."
     def __init__(self, num_blocks: int, block_size: int, seed: int | None = None):
-        if num_blocks < 1 or block_size < 1: raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
         self.num_blocks, self.block_size = num_blocks, block_size
         free = list(range(num_blocks))
         if seed is not None: random.Random(seed).shuffle(free)
@@ -30,7 +31,8 @@ class BlockAllocator:
         blocks = self.req_blocks.setdefault(req_id, [])
         need = -(-num_tokens // self.block_size) - len(blocks)
         if need > len(self._free):
-            raise RuntimeError(f"out of blocks: request {req_id!r} needs {need} more, {len(self._free)} of {self.num_blocks} free")
+            raise RuntimeError(f"out of blocks: request {req_id!r} needs {need} more, {len(self._free)} of "
+                               f"{self.num_blocks} free")
         blocks.extend(self._free.popleft() for _ in range(max(need, 0)))
         return blocks
 
@@ -81,7 +83,9 @@ def build_batch(requests, attn_alloc: BlockAllocator, conv_alloc: BlockAllocator
     ids = [r[0] for r in requests]
     if len(set(ids)) != len(ids): raise ValueError(f"a request may appear once per batch, got {ids}")
     for rid, cached, new in requests:
-        if cached < 0 or new < 1: raise ValueError(f"request {rid!r}: need num_cached_tokens >= 0 and num_new_tokens >= 1, got ({cached}, {new})")
+        if cached < 0 or new < 1:
+            raise ValueError(f"request {rid!r}: need num_cached_tokens >= 0 and num_new_tokens >= 1, got ({cached}, "
+                             f"{new})")
     T = sum(n for _, _, n in requests)
     if pad_to is not None and pad_to < T: raise ValueError(f"pad_to={pad_to} < number of tokens {T}")
     pad = 0 if pad_to is None else pad_to - T
@@ -95,7 +99,8 @@ def build_batch(requests, attn_alloc: BlockAllocator, conv_alloc: BlockAllocator
     conv_bt, conv_slots = _group_tables(conv_alloc, requests, pad, device) if conv_alloc is not None else (None, None)
     return BatchMeta(req_ids=ids, positions=torch.tensor(positions, dtype=torch.int64, device=device),
                      seq_idx=torch.tensor(seq_idx, **i32), query_start=torch.tensor(query_start, **i32),
-                     seq_lens=torch.tensor([c + n for _, c, n in requests], **i32), cu_seqlens_q=torch.tensor(cu, **i32),
+                     seq_lens=torch.tensor([c + n for _, c, n in requests], **i32),
+                     cu_seqlens_q=torch.tensor(cu, **i32),
                      max_seqlen_q=max(n for _, _, n in requests), max_seqlen_k=max(c + n for _, c, n in requests),
                      num_actual_tokens=T, block_table=block_table, slot_mapping=slot_mapping,
                      conv_block_table=conv_bt, conv_slot_mapping=conv_slots)
@@ -103,6 +108,6 @@ def build_batch(requests, attn_alloc: BlockAllocator, conv_alloc: BlockAllocator
 # %% ../nbs/02a_batch.ipynb #be998460
 @dataclass
 class ModelBatch:
-    "One serving step: the flattened tokens and the per-group metadata (`local`, `global`; both carry the conv group's tables)."
+    "One serving step: the flattened tokens and per-group metadata (`local`, `global`; each carries the conv tables)."
     tokens: torch.Tensor            # [T] int64
     metas: dict                     # "local" / "global" -> BatchMeta

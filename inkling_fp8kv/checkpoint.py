@@ -29,7 +29,7 @@ def scale_tensor_name(layer: int, key: str) -> str:
     return f"model.llm.layers.{layer}.attn.{key}"
 
 class CheckpointError(ValueError):
-    "A checkpoint folder that cannot be read or written as a sharded safetensors checkpoint (raised before anything is written)."
+    "A folder that cannot be read or written as a sharded safetensors checkpoint (raised before anything is written)."
 
 @dataclass(frozen=True)
 class _Checkpoint:
@@ -50,7 +50,7 @@ def _read_json(path: Path, what: str) -> tuple[bytes, dict]:
     return raw, obj
 
 def _check_shard(path: Path):
-    "A shard safetensors opens: a whole header whose tensors cover the file exactly (truncated or corrupted files fail here, not mid-load)."
+    "A shard that safetensors opens: a whole header, tensors covering the file (truncation fails here, not mid-load)."
     try:
         with safe_open(path, framework="pt"): pass
     except (SafetensorError, OSError) as e:
@@ -58,20 +58,25 @@ def _check_shard(path: Path):
                               "the file is truncated or corrupted; copy or download it again") from None
 
 def open_checkpoint(checkpoint_dir, *, need_config: bool = True) -> _Checkpoint:
-    "The checkpoint's index (checked: every shard it names is a readable safetensors file in the folder) and config, as bytes and parsed."
+    "The checkpoint's index (every shard it names: a readable safetensors file here) and config, raw and parsed."
     if not isinstance(checkpoint_dir, (str, os.PathLike)):
         raise CheckpointError(f"checkpoint_dir={checkpoint_dir!r}: expected a path to a checkpoint folder")
     d = Path(checkpoint_dir).expanduser().resolve()
-    if not d.is_dir(): raise CheckpointError(f"checkpoint_dir={str(checkpoint_dir)!r}: {'not a folder' if d.exists() else 'no such folder'}")
+    if not d.is_dir():
+        raise CheckpointError(f"checkpoint_dir={str(checkpoint_dir)!r}: "
+                              f"{'not a folder' if d.exists() else 'no such folder'}")
     index_raw, index = _read_json(d / INDEX_NAME, "the shard index the scales are added to")
     wm = index.get("weight_map")
     if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
         raise CheckpointError(f"{d / INDEX_NAME}: 'weight_map' must map tensor names to shard file names")
-    if not isinstance(index.get("metadata", {}), dict): raise CheckpointError(f"{d / INDEX_NAME}: 'metadata' must be an object")
+    if not isinstance(index.get("metadata", {}), dict):
+        raise CheckpointError(f"{d / INDEX_NAME}: 'metadata' must be an object")
     for shard in sorted(set(wm.values())):
         if Path(shard).name != shard or shard.startswith("."):
-            raise CheckpointError(f"{d / INDEX_NAME} names the shard {shard!r}: expected a file name inside the checkpoint folder")
-        if not (d / shard).is_file(): raise CheckpointError(f"{d / INDEX_NAME} names the shard {shard!r}, which is not a file in {d}")
+            raise CheckpointError(f"{d / INDEX_NAME} names the shard {shard!r}: expected a file name inside the "
+                                  "checkpoint folder")
+        if not (d / shard).is_file():
+            raise CheckpointError(f"{d / INDEX_NAME} names the shard {shard!r}, which is not a file in {d}")
         _check_shard(d / shard)
     config_raw, config = _read_json(d / CONFIG_NAME, "the model config") if need_config else (None, None)
     return _Checkpoint(d, index_raw, index, config_raw, config)
@@ -84,11 +89,12 @@ def _iter_tensors(ck: _Checkpoint, device):
         with safe_open(ck.dir / shard, framework="pt", device=device) as f:
             held = set(f.keys())
             for name in sorted(by_shard[shard]):
-                if name not in held: raise CheckpointError(f"{ck.dir / INDEX_NAME} maps {name!r} to {shard}, which does not hold it")
+                if name not in held:
+                    raise CheckpointError(f"{ck.dir / INDEX_NAME} maps {name!r} to {shard}, which does not hold it")
                 yield name, f.get_tensor(name)
 
 def read_checkpoint_tensors(checkpoint_dir, *, device: str = "cpu"):
-    "Every `(name, tensor)` of a sharded safetensors checkpoint, each read from the shard the index's `weight_map` names for it."
+    "Every `(name, tensor)` of a sharded safetensors checkpoint, each from the shard its index's `weight_map` names."
     return _iter_tensors(open_checkpoint(checkpoint_dir, need_config=False), device)
 
 # %% ../nbs/09a_checkpoint.ipynb #401b6dd6
@@ -133,24 +139,29 @@ def atomic_write(path: Path, data: bytes, *, label: str, pause_at: str | None = 
 
 @contextlib.contextmanager
 def _writer_lock(d: Path):
-    "Hold the checkpoint's exclusive writer lock: `flock` on a lock file that exists only while held (the kernel releases it if we die)."
+    "Hold the checkpoint's writer lock: `flock` on a file that exists only while held (freed by the kernel if we die)."
     path = d / LOCK_NAME
     while True:
         try: fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except OSError as e: raise CheckpointError(f"{d}: cannot create the lock file {LOCK_NAME} ({e.strerror}); the folder must be writable") from None
+        except OSError as e:
+            raise CheckpointError(f"{d}: cannot create the lock file {LOCK_NAME} ({e.strerror}); the folder must be "
+                                  "writable") from None
         try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise CheckpointBusyError(f"{d} is being written by another process (it holds the lock {path}): wait for it to finish, "
-                                      "or stop it (a killed writer releases the lock, and the next run cleans up after it)") from None
+            raise CheckpointBusyError(
+                f"{d} is being written by another process (it holds the lock {path}): wait for it to finish, or stop "
+                "it (a killed writer releases the lock, and the next run cleans up after it)") from None
         held = os.fstat(fd)
         try: now = os.stat(path)
         except FileNotFoundError: now = None
         if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino): break
-        os.close(fd)           # the writer before us removed the file we locked after we opened it: lock the one at the path now
+        # the writer before us removed the file we locked after we opened it: lock the one at the path now
+        os.close(fd)
     try: yield
     finally:
-        with contextlib.suppress(OSError): path.unlink()   # still held: a writer that opened it meanwhile finds it gone and starts over
+        # still held: a writer that opened it meanwhile finds it gone and starts over
+        with contextlib.suppress(OSError): path.unlink()
         os.close(fd)
 
 
@@ -162,20 +173,25 @@ def _num_layers(config: dict) -> int | None:
     return None
 
 def _scale_tensors(scales, num_layers: int | None) -> dict:
-    "`{tensor name: 0-dim fp32 tensor}` for `scales` (layer -> {'k_scale', 'v_scale'[, 'q_scale']}), every key and value checked."
+    "`{tensor name: 0-dim fp32 tensor}` for `scales` (layer -> {'k_scale', 'v_scale'[, 'q_scale']}), all checked."
     if not isinstance(scales, Mapping) or not scales:
         raise ValueError(f"scales={scales!r:.100}: expected a non-empty mapping layer index -> "
                          "{'k_scale': float, 'v_scale': float[, 'q_scale': float]}")
     bound = f"in [0, {num_layers}) (config.json's num_hidden_layers)" if num_layers else ">= 0"
     out = {}
     for layer, kinds in scales.items():
-        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or layer < 0 or (num_layers and layer >= num_layers):
+        is_index = isinstance(layer, numbers.Integral) and not isinstance(layer, bool)
+        if not is_index or layer < 0 or (num_layers and layer >= num_layers):
             raise ValueError(f"scales key {layer!r}: expected a layer index {bound}")
         if not isinstance(kinds, Mapping):
-            raise ValueError(f"scales[{layer}] is a {type(kinds).__name__}: expected a mapping with 'k_scale' and 'v_scale' (and optionally 'q_scale')")
+            raise ValueError(f"scales[{layer}] is a {type(kinds).__name__}: expected a mapping with 'k_scale' and "
+                             "'v_scale' (and optionally 'q_scale')")
         unknown, missing = set(kinds) - set(SCALE_KEYS), {"k_scale", "v_scale"} - set(kinds)
-        if unknown: raise ValueError(f"scales[{layer}] has the keys {sorted(map(repr, unknown))}: the accepted keys are 'q_scale', 'k_scale', 'v_scale'")
-        if missing: raise ValueError(f"scales[{layer}] lacks {sorted(missing)}: every layer needs both 'k_scale' and 'v_scale'")
+        if unknown:
+            raise ValueError(f"scales[{layer}] has the keys {sorted(map(repr, unknown))}: the accepted keys are "
+                             "'q_scale', 'k_scale', 'v_scale'")
+        if missing:
+            raise ValueError(f"scales[{layer}] lacks {sorted(missing)}: every layer needs both 'k_scale' and 'v_scale'")
         for key in SCALE_KEYS:
             if key not in kinds: continue
             name = scale_tensor_name(int(layer), key)
@@ -186,10 +202,12 @@ def _scale_tensors(scales, num_layers: int | None) -> dict:
 def _declared(config: dict) -> dict:
     "`config` with fp8 KV declared in its quantization_config (merged; an existing different declaration is an error)."
     qc = config.get("quantization_config", {})
-    if not isinstance(qc, dict): raise CheckpointError(f"{CONFIG_NAME}: quantization_config is a {type(qc).__name__}; expected an object")
+    if not isinstance(qc, dict):
+        raise CheckpointError(f"{CONFIG_NAME}: quantization_config is a {type(qc).__name__}; expected an object")
     have = qc.get("kv_cache_quant_algo")
     if have is not None and str(have).upper() != "FP8":
-        raise CheckpointError(f"{CONFIG_NAME} already declares kv_cache_quant_algo={have!r}; refusing to replace it with 'FP8'")
+        raise CheckpointError(f"{CONFIG_NAME} already declares kv_cache_quant_algo={have!r}; refusing to replace it "
+                              "with 'FP8'")
     return config if have is not None else {**config, "quantization_config": {**qc, "kv_cache_quant_algo": "FP8"}}
 
 def _json_bytes(obj: dict) -> bytes: return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode()
@@ -207,7 +225,7 @@ def _tensor_nbytes(path: Path) -> dict:
         raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
 
 def _repointed(ck: _Checkpoint, tensors: dict, shard: str) -> tuple[dict, dict]:
-    "The index with every name in `tensors` pointing at `shard` (and total_size adjusted), and the names' previous shards."
+    "The index with every name in `tensors` pointing at `shard` (total_size adjusted), and the names' previous shards."
     index = json.loads(ck.index_raw)
     wm = index["weight_map"]
     previous = {n: wm[n] for n in tensors if n in wm and wm[n] != shard}
@@ -221,7 +239,7 @@ def _repointed(ck: _Checkpoint, tensors: dict, shard: str) -> tuple[dict, dict]:
     return index, previous
 
 def _own_shards(d: Path) -> list:
-    "Scales shards this writer made: named `model-kv-scales-<h>.safetensors`, with `<h>` the start of the sha256 of the bytes."
+    "Scales shards this writer made: `model-kv-scales-<h>.safetensors`, `<h>` the start of the sha256 of its bytes."
     out = []
     for p in d.iterdir():
         m = _SCALES_SHARD.fullmatch(p.name)
@@ -239,13 +257,14 @@ def _remove_unreferenced_shards(d: Path, referenced: set) -> tuple:
     for name in _own_shards(d):
         if name in referenced: continue
         try: (d / name).unlink(); removed.append(name)
-        except OSError as e: warnings.warn(f"{d / name}: could not remove this earlier scales shard, which the index no longer names "
-                                           f"({e.strerror}); the next run retries", stacklevel=4)
+        except OSError as e:
+            warnings.warn(f"{d / name}: could not remove this earlier scales shard, which the index no longer names "
+                          f"({e.strerror}); the next run retries", stacklevel=4)
     if removed: fsync_dir(d)
     return tuple(removed)
 
 def _roll_back(ck: _Checkpoint, added_shard: str | None):
-    "Put config.json and the index back as they were (config first: never a declaration without its scales); drop a shard this run added."
+    "Put config.json, then the index, back (never a declaration without its scales); drop a shard this run added."
     for name, raw in ((CONFIG_NAME, ck.config_raw), (INDEX_NAME, ck.index_raw)):
         if (ck.dir / name).read_bytes() != raw: atomic_write(ck.dir / name, raw, label="rollback")
     if added_shard and added_shard not in json.loads((ck.dir / INDEX_NAME).read_bytes())["weight_map"].values():
@@ -264,7 +283,8 @@ class ScaleWrite:
     wrote_index: bool
     wrote_config: bool   # the fp8 KV declaration was added to config.json
     removed: tuple       # scales shards of earlier runs that the index no longer names, removed
-    shadowed: tuple      # (name, shard): earlier copies left untouched in shards the index still names for other tensors
+    # (name, shard): earlier copies left untouched in shards the index still names for other tensors
+    shadowed: tuple
 
     @property
     def changed(self) -> bool:
@@ -274,12 +294,15 @@ class ScaleWrite:
     def summary(self) -> str:
         "A few lines for a person: what was written where."
         n = len(self.names)
-        if not self.changed: return f"{self.checkpoint_dir}: already holds these {n} scale tensors ({self.shard}); nothing written"
-        lines = [f"{self.checkpoint_dir}: {n} scale tensors for layers {', '.join(map(str, self.layers))} in {self.shard}"
+        if not self.changed:
+            return f"{self.checkpoint_dir}: already holds these {n} scale tensors ({self.shard}); nothing written"
+        layers = ", ".join(map(str, self.layers))
+        lines = [f"{self.checkpoint_dir}: {n} scale tensors for layers {layers} in {self.shard}"
                  + ("" if self.wrote_shard else " (already present)") + ("; index updated" if self.wrote_index else "")]
         if self.wrote_config: lines.append("config.json: quantization_config.kv_cache_quant_algo = FP8")
         if self.removed: lines.append("removed earlier scales shards: " + ", ".join(self.removed))
-        if self.shadowed: lines.append(f"{len(self.shadowed)} earlier copies stay in " + ", ".join(sorted({s for _, s in self.shadowed}))
+        held = ", ".join(sorted({s for _, s in self.shadowed}))
+        if self.shadowed: lines.append(f"{len(self.shadowed)} earlier copies stay in " + held
                                        + " (unnamed by the index: read tensors through the index's weight_map)")
         return "\n".join(lines)
 
@@ -309,17 +332,21 @@ def _commit(ck: _Checkpoint, tensors: dict, declare: bool, pause_at) -> ScaleWri
         raise
     referenced = set(index["weight_map"].values())
     removed = _remove_unreferenced_shards(d, referenced)
-    return ScaleWrite(str(d), shard, tuple(sorted({int(n.split(".")[3]) for n in tensors})), tuple(tensors), wrote_shard,
+    layers = tuple(sorted({int(n.split(".")[3]) for n in tensors}))
+    return ScaleWrite(str(d), shard, layers, tuple(tensors), wrote_shard,
                       index_raw != ck.index_raw, config_raw != ck.config_raw, removed,
                       tuple((n, s) for n, s in sorted(previous.items()) if s in referenced))
 
-def write_kv_scales(checkpoint_dir, scales: Mapping, *, declare_kv_scheme: bool = False, _pause_at: str | None = None) -> ScaleWrite:
-    "Add per-layer q/k/v scales to a sharded safetensors checkpoint as a new shard, committed by an atomic rename of the index."
-    if _pause_at is not None and _pause_at not in _PAUSE_POINTS: raise ValueError(f"_pause_at={_pause_at!r}: expected one of {_PAUSE_POINTS}")
+def write_kv_scales(checkpoint_dir, scales: Mapping, *, declare_kv_scheme: bool = False,
+                    _pause_at: str | None = None) -> ScaleWrite:
+    "Add per-layer q/k/v scales to a sharded checkpoint as a new shard, committed by an atomic rename of the index."
+    if _pause_at is not None and _pause_at not in _PAUSE_POINTS:
+        raise ValueError(f"_pause_at={_pause_at!r}: expected one of {_PAUSE_POINTS}")
     ck = open_checkpoint(checkpoint_dir)
     _scale_tensors(scales, _num_layers(ck.config))
     if declare_kv_scheme: _declared(ck.config)
-    if not os.access(ck.dir, os.W_OK | os.X_OK): raise CheckpointError(f"{ck.dir} is not writable: write a calibrated copy elsewhere")
+    if not os.access(ck.dir, os.W_OK | os.X_OK):
+        raise CheckpointError(f"{ck.dir} is not writable: write a calibrated copy elsewhere")
     with _writer_lock(ck.dir):
         _pause("locked", _pause_at)
         _remove_stale_temps(ck.dir)
@@ -327,17 +354,19 @@ def write_kv_scales(checkpoint_dir, scales: Mapping, *, declare_kv_scheme: bool 
         return _commit(ck, _scale_tensors(scales, _num_layers(ck.config)), declare_kv_scheme, _pause_at)
 
 # %% ../nbs/09a_checkpoint.ipynb #75aa2a84
-_JSON_NAMES = dict(num_layers="num_hidden_layers", num_kv_heads="num_key_value_heads", swa_num_kv_heads="swa_num_key_value_heads",
+_JSON_NAMES = dict(num_layers="num_hidden_layers", num_kv_heads="num_key_value_heads",
+                   swa_num_kv_heads="swa_num_key_value_heads",
                    sliding_window="sliding_window_size")
 
 def config_to_json(cfg: InklingConfig) -> dict:
     "`config.json` in vLLM's Inkling naming (dense MLP everywhere: `dense_mlp_idx = num_hidden_layers`)."
     d = {_JSON_NAMES.get(k, k): (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}
-    return dict(architectures=["InklingForCausalLM"], model_type="inkling_model", torch_dtype="bfloat16", use_embed_norm=True,
+    return dict(architectures=["InklingForCausalLM"], model_type="inkling_model", torch_dtype="bfloat16",
+                use_embed_norm=True,
                 swa_head_dim=cfg.head_dim, v_head_dim=cfg.head_dim, **d)
 
 def config_from_json(d: dict) -> InklingConfig:
-    "The `InklingConfig` a `config.json` describes (unknown keys ignored; missing required keys → KeyError naming them)."
+    "The `InklingConfig` a `config.json` describes (unknown keys ignored; a missing required one: KeyError naming it)."
     inv = {v: k for k, v in _JSON_NAMES.items()}
     fields_ = InklingConfig.__dataclass_fields__
     kw = {inv.get(k, k): v for k, v in d.items() if inv.get(k, k) in fields_}
@@ -350,7 +379,8 @@ def declared_kv_cache_dtype(d: dict) -> str | None:
     "The KV scheme a checkpoint's `quantization_config` declares (`'fp8_e4m3'` for FP8), else None."
     algo = (d.get("quantization_config") or {}).get("kv_cache_quant_algo")
     if algo is None: return None
-    if str(algo).upper() != "FP8": raise ValueError(f"config.json declares kv_cache_quant_algo={algo!r}; only 'FP8' (per-tensor e4m3) is served")
+    if str(algo).upper() != "FP8":
+        raise ValueError(f"config.json declares kv_cache_quant_algo={algo!r}; only 'FP8' (per-tensor e4m3) is served")
     return "fp8_e4m3"
 
 # %% ../nbs/09a_checkpoint.ipynb #eb2ee240
@@ -366,9 +396,11 @@ def _shards(tensors: dict, max_shard_bytes: int) -> list:
     return shards + [cur] if cur else shards
 
 def write_checkpoint(path, tensors: Mapping, config: dict, *, max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
-    "Write `tensors` as safetensors shards, `model.safetensors.index.json` and `config.json` into `path`, each file atomically."
-    if not isinstance(config, dict): raise CheckpointError(f"config is a {type(config).__name__}: expected a dict (config.json)")
-    if not isinstance(max_shard_bytes, int) or max_shard_bytes < 1: raise ValueError(f"max_shard_bytes={max_shard_bytes!r}: expected an int >= 1")
+    "Write `tensors` as safetensors shards, the index and `config.json` into the folder `path`, each file atomically."
+    if not isinstance(config, dict):
+        raise CheckpointError(f"config is a {type(config).__name__}: expected a dict (config.json)")
+    if not isinstance(max_shard_bytes, int) or max_shard_bytes < 1:
+        raise ValueError(f"max_shard_bytes={max_shard_bytes!r}: expected an int >= 1")
     path = Path(path).expanduser().resolve()
     if path.exists() and not path.is_dir(): raise CheckpointError(f"{path} exists and is not a folder")
     path.mkdir(parents=True, exist_ok=True)
@@ -380,7 +412,8 @@ def write_checkpoint(path, tensors: Mapping, config: dict, *, max_shard_bytes: i
             atomic_write(path / fn, safetensors_bytes(sh, metadata={"format": "pt"}), label="shard")
             weight_map.update(dict.fromkeys(sh, fn))
         total = sum(t.numel() * t.element_size() for t in sd.values())
-        atomic_write(path / INDEX_NAME, _json_bytes({"metadata": {"total_size": total}, "weight_map": weight_map}), label="index")
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        atomic_write(path / INDEX_NAME, _json_bytes(index), label="index")
         atomic_write(path / CONFIG_NAME, _json_bytes(config), label="config")
     return path
 
@@ -396,5 +429,6 @@ def _weights_dir() -> Path:
 def tiny_checkpoint() -> Path:
     "Path of the trained tiny Inkling shipped in the package (bf16, no KV scales: an fp8 load of it is uncalibrated)."
     p = _weights_dir() / "tiny"
-    if not (p / INDEX_NAME).exists(): raise FileNotFoundError(f"the embedded checkpoint is missing from {p}: reinstall the package")
+    if not (p / INDEX_NAME).exists():
+        raise FileNotFoundError(f"the embedded checkpoint is missing from {p}: reinstall the package")
     return p

@@ -28,21 +28,24 @@ class Request:
 
 
 class Engine:
-    "A minimal paged serving loop over `model` (an `InklingLM`): per-group block pools, admission by free blocks, chunked prefill under a token budget, decode batches."
+    "A minimal paged serving loop over `model` (an `InklingLM`): block pools, admission, chunked prefill, decode."
     GROUPS = ("local", "global", "conv")
 
     def __init__(self, model, *, max_num_seqs: int = 8, max_num_batched_tokens: int = 512, block_size: int = 16,
-                 max_model_len: int = 8192, num_blocks: int | None = None, cache_bytes: int | None = None, conv_block_size: int = 16):
-        for n, v in dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
-                         max_model_len=max_model_len, conv_block_size=conv_block_size).items():
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1: raise ValueError(f"{n} must be a positive int, got {v!r}")
-        self.model, self.max_num_seqs, self.budget, self.max_model_len = model, max_num_seqs, max_num_batched_tokens, max_model_len
+                 max_model_len: int = 8192, num_blocks: int | None = None, cache_bytes: int | None = None,
+                 conv_block_size: int = 16):
+        for n, v in dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                         block_size=block_size, max_model_len=max_model_len, conv_block_size=conv_block_size).items():
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{n} must be a positive int, got {v!r}")
+        self.model, self.max_num_seqs, self.max_model_len = model, max_num_seqs, max_model_len
+        self.budget = max_num_batched_tokens
         self.block_size, self.conv_block_size = block_size, conv_block_size
         self.dev = model.device
         if num_blocks is None:
             per_tok = self.cache_bytes_per_token()
             num_blocks = (cache_bytes // per_tok // block_size if cache_bytes is not None
-                          else max_num_seqs * -(-max_model_len // block_size))        # every request fits at max_model_len
+                          else max_num_seqs * -(-max_model_len // block_size))     # each request fits at max_model_len
             if num_blocks < 1: raise ValueError(f"cache_bytes={cache_bytes} holds no block ({per_tok} bytes per token)")
         self.num_blocks = num_blocks
         conv_blocks = -(-num_blocks * block_size // conv_block_size)
@@ -50,16 +53,18 @@ class Engine:
                       "conv": BlockAllocator(conv_blocks, conv_block_size)}
         for a in model.attn_layers.values():
             kv, conv = a.alloc_caches(num_blocks, block_size, conv_blocks, conv_block_size)
-            kv.zero_(); conv.zero_()                       # unwritten slots read as zeros (never attended; tidy for inspection)
+            # unwritten slots read as zeros (never attended; tidy for inspection)
+            kv.zero_(); conv.zero_()
             a.bind_cache(kv, conv)
         self.waiting, self.running, self.finished, self._next = [], [], {}, 0
         self.steps = self.tokens_computed = 0
 
     def cache_bytes_per_token(self) -> int:
-        "Cache bytes one token costs across all layers: K+V of every attention layer (local ones too: no window freeing here) + conv state."
+        "Cache bytes of one token: K+V of every attention layer (local ones too: no window freeing) + conv state."
         m = self.model
-        kv = sum(2 * a.geom.num_kv_heads * a.geom.head_dim * a.kv.storage_dtype.itemsize for a in m.attn_layers.values())
-        conv = sum(a.geom.num_kv_heads * a.geom.conv_width_padded * 2 for a in m.attn_layers.values())
+        layers = m.attn_layers.values()
+        kv = sum(2 * a.geom.num_kv_heads * a.geom.head_dim * a.kv.storage_dtype.itemsize for a in layers)
+        conv = sum(a.geom.num_kv_heads * a.geom.conv_width_padded * 2 for a in layers)
         return kv + conv
 
 # %% ../nbs/12a_serving.ipynb #52298492
@@ -69,9 +74,11 @@ def _check_tokens(self: Engine, toks, extra: int) -> list:
     if not toks: raise ValueError("a request needs at least one token")
     bad = [t for t in toks if not 0 <= t < V]
     if bad: raise ValueError(f"token ids {bad[:4]} are outside the vocabulary [0, {V})")
-    if len(toks) + extra > self.max_model_len: raise ValueError(f"{len(toks)} + {extra} tokens exceed max_model_len={self.max_model_len}")
+    if len(toks) + extra > self.max_model_len:
+        raise ValueError(f"{len(toks)} + {extra} tokens exceed max_model_len={self.max_model_len}")
     need = -(-(len(toks) + extra) // self.block_size)
-    if need > self.num_blocks: raise ValueError(f"a request of {len(toks) + extra} tokens needs {need} blocks; the pool has {self.num_blocks}")
+    if need > self.num_blocks:
+        raise ValueError(f"a request of {len(toks) + extra} tokens needs {need} blocks; the pool has {self.num_blocks}")
     return toks
 
 def _add(self: Engine, toks, max_new: int, score: bool, full: bool = False) -> int:
@@ -87,7 +94,8 @@ def _admit(self: Engine):
     while self.waiting and len(self.running) < self.max_num_seqs:
         r = self.waiting[0]
         n = len(r.tokens) + r.max_new
-        if any(-(-n // a.block_size) > a.num_free for a in self.alloc.values()): break     # admission by free blocks (FCFS, no preemption)
+        # admission by free blocks (FCFS, no preemption)
+        if any(-(-n // a.block_size) > a.num_free for a in self.alloc.values()): break
         for a in self.alloc.values(): a.allocate(r.rid, n)
         self.running.append(self.waiting.pop(0))
 
@@ -109,7 +117,8 @@ def _step(self: Engine) -> int:
     plan = self._schedule()
     if not plan: raise RuntimeError("nothing schedulable: the pool cannot admit the next request")
     reqs = [(r.rid, r.num_computed, n) for r, n in plan]
-    toks = torch.tensor([t for r, n in plan for t in r.tokens[r.num_computed:r.num_computed + n]], dtype=torch.int64, device=self.dev)
+    new = [t for r, n in plan for t in r.tokens[r.num_computed:r.num_computed + n]]
+    toks = torch.tensor(new, dtype=torch.int64, device=self.dev)
     metas = {g: build_batch(reqs, self.alloc[g], self.alloc["conv"], device=self.dev) for g in ("local", "global")}
     rows, row0 = [], 0
     for r, n in plan:
@@ -117,7 +126,8 @@ def _step(self: Engine) -> int:
         if r.logprobs is not None: rows += range(row0, row0 + n)
         elif done: rows.append(row0 + n - 1)
         row0 += n
-    logits = self.model(ModelBatch(toks, metas), logit_rows=torch.tensor(rows, dtype=torch.int64, device=self.dev))   # always run: it fills the caches
+    # always run: it fills the caches
+    logits = self.model(ModelBatch(toks, metas), logit_rows=torch.tensor(rows, dtype=torch.int64, device=self.dev))
     lp = torch.log_softmax(logits, -1)
     i = 0
     for r, n in plan:
@@ -160,17 +170,19 @@ def _run(self: Engine, rids: list, progress: bool, desc: str) -> list:
 
 def _generate(self: Engine, prompts, max_new_tokens: int = 16, *, progress: bool = False) -> list:
     "Greedy continuations of `prompts` (token lists), `max_new_tokens` each, served together under the engine's limits."
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1: raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     rids = [self._add(p, max_new_tokens, False) for p in prompts]
     return [r.out for r in self._run(rids, progress, "generate")]
 
 def _score(self: Engine, seqs, *, full: bool = False, progress: bool = False) -> list:
-    "Teacher-forced scoring: per sequence, `logprobs[p]` = log P(tokens[p+1] | tokens[:p+1]) and `top1[p]`, both `[L-1]`, via chunked prefill; `full=True` adds `logp [L-1, V]` (every next-token log-probability, fp32)."
+    "Teacher-forced, per sequence: `logprobs[p]` = log P(tokens[p+1] | tokens[:p+1]), `top1[p]` (+ `logp` if `full`)."
     rids = [self._add(s, 0, True, full) for s in seqs]
     out = []
     for r in self._run(rids, progress, "score"):
         d = dict(logprobs=np.array(r.logprobs, dtype=np.float32), top1=np.array(r.top1, dtype=np.int64))
-        if full: d["logp"] = torch.cat(r.full).numpy() if r.full else np.zeros((0, self.model.cfg.vocab_size), np.float32)
+        if full:
+            d["logp"] = torch.cat(r.full).numpy() if r.full else np.zeros((0, self.model.cfg.vocab_size), np.float32)
         out.append(d)
     return out
 

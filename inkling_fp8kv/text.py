@@ -58,14 +58,16 @@ def modern_prose() -> str:
 
 # %% ../nbs/09b_text.ipynb #5c1a7e01
 def passkey_sequence(prose: bytes, key: int, depth: int, prefix: int, *, answer: bool) -> list:
-    "BOS, `prefix` bytes of `prose`, the pass-key sentence, the next `depth` bytes of `prose`, the question (+ `' KEY.'` if `answer`)."
+    "BOS, `prefix` bytes of `prose`, the pass-key sentence, `depth` more bytes, the question (+ `' KEY.'` if `answer`)."
     if not 10_000 <= key < 100_000: raise ValueError(f"key={key}: pass keys have five digits")
-    if len(prose) < prefix + depth: raise ValueError(f"{len(prose)} bytes of prose cannot hold prefix {prefix} + depth {depth}")
-    ids = [BOS, *prose[:prefix], *encode(PASSKEY_SENTENCE.format(key=key)), *prose[prefix:prefix + depth], *encode(PASSKEY_QUESTION)]
+    if len(prose) < prefix + depth:
+        raise ValueError(f"{len(prose)} bytes of prose cannot hold prefix {prefix} + depth {depth}")
+    ids = [BOS, *prose[:prefix], *encode(PASSKEY_SENTENCE.format(key=key)), *prose[prefix:prefix + depth],
+           *encode(PASSKEY_QUESTION)]
     return ids + encode(f" {key}.") if answer else ids
 
 def passkey_prompts(documents, n: int, depth: int, *, seed: int, prefix: tuple = (16, 256)) -> dict:
-    "`n` prompts hiding a pass key `depth` bytes of `documents`' prose before the question: `prompts`, `keys` (str), `depth`."
+    "`n` prompts hiding a pass key `depth` bytes of `documents`' prose before the question: `prompts`, `keys`, `depth`."
     texts = [d[1] if isinstance(d, tuple) else d for d in documents]
     stream = b"\n\n".join(t.encode("utf-8") for t in texts)
     if len(stream) < prefix[1] + depth: raise ValueError(f"{len(stream)} bytes of prose are too few for depth {depth}")

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 import torch
 from .numerics import E4M3_MAX, band_stats
-from .checkpoint import (CONFIG_NAME, INDEX_NAME, LOCK_NAME, SCALE_KEYS, TMP_SUFFIX, CheckpointBusyError, CheckpointError,
-                                      ScaleWrite, config_from_json, fsync_dir, open_checkpoint, read_checkpoint_tensors,
-                                      scale_tensor_name, tiny_checkpoint, write_kv_scales)
+from .checkpoint import (CONFIG_NAME, INDEX_NAME, LOCK_NAME, SCALE_KEYS, TMP_SUFFIX, CheckpointBusyError,
+                                      CheckpointError, ScaleWrite, config_from_json, fsync_dir, open_checkpoint,
+                                      read_checkpoint_tensors, scale_tensor_name, tiny_checkpoint, write_kv_scales)
 from .serving import Engine
 from .text import calibration_text, text_sequences
-_all_ = ['INDEX_NAME', 'CONFIG_NAME', 'SCALE_KEYS', 'LOCK_NAME', 'scale_tensor_name', 'CheckpointError', 'read_checkpoint_tensors',
-         'CheckpointBusyError', 'ScaleWrite', 'write_kv_scales']
+_all_ = ['INDEX_NAME', 'CONFIG_NAME', 'SCALE_KEYS', 'LOCK_NAME', 'scale_tensor_name', 'CheckpointError',
+         'read_checkpoint_tensors', 'CheckpointBusyError', 'ScaleWrite', 'write_kv_scales']
 
 # %% ../nbs/10_calibrate.ipynb #574f83be
 def _as_real(name: str, x) -> float:
@@ -235,13 +235,15 @@ def _write_copy(src: Path, out: Path, scales, declare_kv_scheme: bool) -> ScaleW
 # %% ../nbs/10_calibrate.ipynb #1e52bfa2
 def calibrate_checkpoint(src, out=None, *, load_model=None, batches=None, safety: float = 1.3, dry_run: bool = False,
                          declare_kv_scheme: bool = False, device=None, progress: bool = False) -> dict:
-    "Load a checkpoint with `load_model`, observe its store-site ranges, write per-layer scales (to a copy at `out`, else in place)."
+    "Load a checkpoint with `load_model`, observe its ranges, write per-layer scales (to a copy at `out`, else in place)."
     if not callable(load_model):
         raise TypeError("calibrate_checkpoint needs load_model, the loader of the checkpoint's model: e.g. "
-                        "model.InklingLM.from_pretrained (called as load_model(path, kv_cache_dtype=, kernels=, device=, warn=))")
+                        "model.InklingLM.from_pretrained (called as "
+                        "load_model(path, kv_cache_dtype=, kernels=, device=, warn=))")
     src, target = check_calibration_paths(src, out, dry_run=dry_run)        # every path checked before any work
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = load_model(src, kv_cache_dtype="bfloat16", kernels="reference" if dev.type == "cpu" else "triton", device=dev, warn=False)
+    kernels = "reference" if dev.type == "cpu" else "triton"
+    model = load_model(src, kv_cache_dtype="bfloat16", kernels=kernels, device=dev, warn=False)
     batches = calibration_batches() if batches is None else batches
     r = observe_kv_ranges(model, batches, progress=progress)
     scales = r.scales(safety)

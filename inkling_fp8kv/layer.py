@@ -283,7 +283,8 @@ def _register_store_hook(self: InklingAttention, hook) -> RemovableHandle:
     return handle
 
 def _observe_store(self: InklingAttention, q: torch.Tensor, meta: BatchMeta):
-    site = StoreSite(self.layer_idx, self.prefix, q, meta.slot_mapping, self.k_cache, self.v_cache, meta.num_actual_tokens)
+    site = StoreSite(self.layer_idx, self.prefix, q, meta.slot_mapping, self.k_cache, self.v_cache,
+                     meta.num_actual_tokens)
     for hook in tuple(self._store_hooks.values()): hook(self, site)
 
 InklingAttention.register_store_hook = _register_store_hook

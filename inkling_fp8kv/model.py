@@ -13,16 +13,16 @@ from .config import InklingConfig
 from .layer import InklingAttention
 from .reference import rms_norm, sconv_paged, SCONV_WIDTH
 from .batch import ModelBatch
-from .checkpoint import (MAX_SHARD_BYTES, config_from_json, config_to_json, declared_kv_cache_dtype, read_checkpoint,
-                                      tiny_checkpoint, write_checkpoint)
-from .text import (NUM_BYTES, BOS, PAD, TEXT_VOCAB, PASSKEY_SENTENCE, PASSKEY_QUESTION, encode, decode, text_segments,
-                                text_sequences, heldout_documents, calibration_text, modern_prose, passkey_sequence, passkey_prompts,
-                                passkey_correct)
+from .checkpoint import (MAX_SHARD_BYTES, config_from_json, config_to_json, declared_kv_cache_dtype,
+                                      read_checkpoint, tiny_checkpoint, write_checkpoint)
+from .text import (NUM_BYTES, BOS, PAD, TEXT_VOCAB, PASSKEY_SENTENCE, PASSKEY_QUESTION, encode, decode,
+                                text_segments, text_sequences, heldout_documents, calibration_text, modern_prose,
+                                passkey_sequence, passkey_prompts, passkey_correct)
 from .serving import Engine, Request
-_all_ = ['MAX_SHARD_BYTES', 'config_from_json', 'config_to_json', 'declared_kv_cache_dtype', 'tiny_checkpoint', 'ModelBatch',
-         'NUM_BYTES', 'BOS', 'PAD', 'TEXT_VOCAB', 'PASSKEY_SENTENCE', 'PASSKEY_QUESTION', 'encode', 'decode', 'text_segments',
-         'text_sequences', 'heldout_documents', 'calibration_text', 'modern_prose', 'passkey_sequence', 'passkey_prompts',
-         'passkey_correct', 'Engine', 'Request']
+_all_ = ['MAX_SHARD_BYTES', 'config_from_json', 'config_to_json', 'declared_kv_cache_dtype', 'tiny_checkpoint',
+         'ModelBatch', 'NUM_BYTES', 'BOS', 'PAD', 'TEXT_VOCAB', 'PASSKEY_SENTENCE', 'PASSKEY_QUESTION', 'encode',
+         'decode', 'text_segments', 'text_sequences', 'heldout_documents', 'calibration_text', 'modern_prose',
+         'passkey_sequence', 'passkey_prompts', 'passkey_correct', 'Engine', 'Request']
 
 # %% auto #0
 __all__ = ['tiny_lm_config', 'InklingBlockAttention', 'InklingMLP', 'InklingDecoderLayer', 'InklingLM', 'rel_bias_dense',

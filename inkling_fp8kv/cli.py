@@ -219,13 +219,15 @@ def run_calibrate(a, kp) -> int:
     "Run the `calibrate` subcommand on parsed arguments (errors: one line through `kp`, exit 2, nothing written)."
     from inkling_fp8kv.calibrate import (CheckpointError, calibrate_checkpoint, calibration_batches,
                                          check_calibration_paths, markdown_table)
+    from inkling_fp8kv.model import InklingLM
     try:
         dev = None if a.device == "auto" else a.device
         if dev == "cuda" and not torch.cuda.is_available(): raise ValueError("--device cuda: torch sees no CUDA GPU")
         check_calibration_paths(a.checkpoint, a.out, dry_run=a.dry_run)      # every file and folder, before any work
         batches = calibration_batches(data=a.data, num_samples=a.num_samples)
         t0 = time.time()
-        r = calibrate_checkpoint(a.checkpoint, a.out, batches=batches, safety=a.safety, dry_run=a.dry_run,
+        r = calibrate_checkpoint(a.checkpoint, a.out, load_model=InklingLM.from_pretrained,
+                                 batches=batches, safety=a.safety, dry_run=a.dry_run,
                                  declare_kv_scheme=a.declare_kv_scheme, device=dev, progress=True)
     except (CheckpointError, ValueError, OSError, RuntimeError) as e:
         kp.error(str(e).splitlines()[0])

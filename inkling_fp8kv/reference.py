@@ -4,18 +4,19 @@
 
 # %% auto #0
 __all__ = ['SCONV_WIDTH', 'KV_LAYOUTS', 'KV_CACHE_DTYPES', 'rms_norm', 'log_scaling_tau', 'split_qkvr', 'rel_project',
-           'PrepWeights', 'random_prep_weights', 'BlockAllocator', 'BatchMeta', 'build_batch', 'fill_garbage_',
-           'alloc_conv_cache', 'gather_conv', 'short_conv_dense', 'sconv_paged', 'alloc_kv_cache', 'write_kv',
-           'gather_kv', 'reference_prep', 'rel_attention_ref']
+           'PrepWeights', 'random_prep_weights', 'fill_garbage_', 'alloc_conv_cache', 'gather_conv', 'short_conv_dense',
+           'sconv_paged', 'alloc_kv_cache', 'write_kv', 'gather_kv', 'reference_prep', 'rel_attention_ref',
+           'BlockAllocator', 'BatchMeta', 'build_batch']
 
 # %% ../nbs/03_reference.ipynb #869bdae3
-import math, random
-from collections import deque
+import math
 from dataclasses import dataclass, fields
 import torch
 import torch.nn.functional as F
 from .numerics import E4M3_DTYPE, quantize_e4m3, scale_value
 from .config import RankGeometry
+from .batch import BlockAllocator, BatchMeta, build_batch
+_all_ = ['BlockAllocator', 'BatchMeta', 'build_batch']
 
 # %% ../nbs/03_reference.ipynb #2fddc5ca
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -76,95 +77,6 @@ def random_prep_weights(geom: RankGeometry, seed: int, device='cpu') -> PrepWeig
     return PrepWeights(k_conv_w=draw(C, SCONV_WIDTH, std=0.3), v_conv_w=draw(C, SCONV_WIDTH, std=0.3),
                        q_norm_w=draw(D, std=0.1, mean=1.0), k_norm_w=draw(D, std=0.1, mean=1.0),
                        rel_proj=draw(geom.d_rel, geom.rel_extent, std=0.5))
-
-# %% ../nbs/03_reference.ipynb #2feeb4ce
-class BlockAllocator:
-    "Physical-block pool of one KV-cache group: hands out blocks (shuffled when seeded) and remembers each request's."
-    def __init__(self, num_blocks: int, block_size: int, seed: int | None = None):
-        if num_blocks < 1 or block_size < 1: raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
-        self.num_blocks, self.block_size = num_blocks, block_size
-        free = list(range(num_blocks))
-        if seed is not None: random.Random(seed).shuffle(free)
-        self._free = deque(free)
-        self.req_blocks: dict = {}
-
-    @property
-    def num_free(self) -> int: return len(self._free)
-
-    def allocate(self, req_id, num_tokens: int) -> list:
-        "Grow `req_id`'s block list to hold `num_tokens` tokens; returns the list (logical order)."
-        blocks = self.req_blocks.setdefault(req_id, [])
-        need = -(-num_tokens // self.block_size) - len(blocks)
-        if need > len(self._free):
-            raise RuntimeError(f"out of blocks: request {req_id!r} needs {need} more, {len(self._free)} of {self.num_blocks} free")
-        blocks.extend(self._free.popleft() for _ in range(max(need, 0)))
-        return blocks
-
-    def blocks(self, req_id) -> list: return self.req_blocks[req_id]
-
-    def free(self, req_id):
-        "Return a finished request's blocks to the pool."
-        self._free.extend(self.req_blocks.pop(req_id))
-
-    def slot(self, req_id, position: int) -> int:
-        "Flat slot of `position` of `req_id`: block · block_size + offset."
-        return self.req_blocks[req_id][position // self.block_size] * self.block_size + position % self.block_size
-
-# %% ../nbs/03_reference.ipynb #7a060384
-@dataclass
-class BatchMeta:
-    "Per-forward metadata of a flattened batch (vLLM order); rows past `num_actual_tokens` are padding."
-    req_ids: list
-    positions: torch.Tensor       # [T] int64, absolute 0-based
-    seq_idx: torch.Tensor         # [T] int32, request index of each token (0 on padding rows)
-    query_start: torch.Tensor     # [T] int32, first row of the token's request in this batch (0 on padding)
-    seq_lens: torch.Tensor        # [R] int32, KV length including the new tokens
-    cu_seqlens_q: torch.Tensor    # [R+1] int32
-    max_seqlen_q: int
-    max_seqlen_k: int
-    num_actual_tokens: int
-    block_table: torch.Tensor     # [R, max_blocks] int32, attention group
-    slot_mapping: torch.Tensor    # [T] int64, attention group, -1 = skip
-    conv_block_table: torch.Tensor | None = None   # [R, max_conv_blocks] int32, conv group
-    conv_slot_mapping: torch.Tensor | None = None  # [T] int64, conv group, -1 = skip
-
-    def to(self, device) -> 'BatchMeta':
-        "The same metadata with every tensor on `device`."
-        return BatchMeta(**{f.name: (getattr(self, f.name).to(device) if isinstance(getattr(self, f.name), torch.Tensor)
-                                     else getattr(self, f.name)) for f in fields(self)})
-
-def _group_tables(alloc: BlockAllocator, requests, pad_rows: int, device):
-    rows = [alloc.allocate(rid, cached + new) for rid, cached, new in requests]
-    table = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.int32)
-    for i, r in enumerate(rows): table[i, :len(r)] = torch.tensor(r, dtype=torch.int32)
-    slots = [alloc.slot(rid, p) for rid, cached, new in requests for p in range(cached, cached + new)]
-    return table.to(device), torch.tensor(slots + [-1] * pad_rows, dtype=torch.int64, device=device)
-
-def build_batch(requests, attn_alloc: BlockAllocator, conv_alloc: BlockAllocator | None = None, *,
-                pad_to: int | None = None, device='cpu') -> BatchMeta:
-    "Metadata for one forward over `requests = [(req_id, num_cached_tokens, num_new_tokens), ...]`, in that order."
-    if not requests: raise ValueError("requests is empty")
-    ids = [r[0] for r in requests]
-    if len(set(ids)) != len(ids): raise ValueError(f"a request may appear once per batch, got {ids}")
-    for rid, cached, new in requests:
-        if cached < 0 or new < 1: raise ValueError(f"request {rid!r}: need num_cached_tokens >= 0 and num_new_tokens >= 1, got ({cached}, {new})")
-    T = sum(n for _, _, n in requests)
-    if pad_to is not None and pad_to < T: raise ValueError(f"pad_to={pad_to} < number of tokens {T}")
-    pad = 0 if pad_to is None else pad_to - T
-    cu = [0]
-    for _, _, n in requests: cu.append(cu[-1] + n)
-    positions = [p for _, c, n in requests for p in range(c, c + n)] + [0] * pad
-    seq_idx = [b for b, (_, _, n) in enumerate(requests) for _ in range(n)] + [0] * pad
-    query_start = [cu[b] for b, (_, _, n) in enumerate(requests) for _ in range(n)] + [0] * pad
-    i32 = dict(dtype=torch.int32, device=device)
-    block_table, slot_mapping = _group_tables(attn_alloc, requests, pad, device)
-    conv_bt, conv_slots = _group_tables(conv_alloc, requests, pad, device) if conv_alloc is not None else (None, None)
-    return BatchMeta(req_ids=ids, positions=torch.tensor(positions, dtype=torch.int64, device=device),
-                     seq_idx=torch.tensor(seq_idx, **i32), query_start=torch.tensor(query_start, **i32),
-                     seq_lens=torch.tensor([c + n for _, c, n in requests], **i32), cu_seqlens_q=torch.tensor(cu, **i32),
-                     max_seqlen_q=max(n for _, _, n in requests), max_seqlen_k=max(c + n for _, c, n in requests),
-                     num_actual_tokens=T, block_table=block_table, slot_mapping=slot_mapping,
-                     conv_block_table=conv_bt, conv_slot_mapping=conv_slots)
 
 # %% ../nbs/03_reference.ipynb #8f8541d1
 def _check_slots(name: str, slots: torch.Tensor, T: int, capacity: int):

@@ -19,7 +19,7 @@ from .numerics import scale_value
 # what this module held before the split keeps importing from it
 from .attention_kernels import key_range, _LOG2E, _p_to_mma, _swap_cols, _kv_tile, _tile
 from .attention_launch import _LAUNCH_KEYS
-from .attention_checks import _first, _raise_metadata
+from .attention_checks import _raise_metadata
 
 _all_ = ["ATTN_CONFIGS", "MAX_SPLITS", "decode_num_splits", "decode_config", "decode_splits"]
 

@@ -10,6 +10,7 @@ import math, struct
 import torch
 from .numerics import E4M3_DTYPE
 from .config import is_int
+from .batch import first_true
 
 # %% ../nbs/06c_attention_checks.ipynb #c8f1b0e4
 def _check(cond, msg):
@@ -61,12 +62,6 @@ def _validate(q, k_cache, v_cache, rel_logits, block_table, seq_lens, cu_seqlens
     return fp8
 
 # %% ../nbs/06c_attention_checks.ipynb #92b043d3
-def _first(bad: torch.Tensor) -> torch.Tensor:
-    "Flat index of the first True in `bad`, or −1, as a 0-dim int64 device tensor (no host sync)."
-    flat = bad.reshape(-1)
-    if flat.numel() == 0: return torch.full((), -1, dtype=torch.int64, device=bad.device)
-    return torch.where(flat.any(), flat.to(torch.int32).argmax(), -1)
-
 def _check_metadata(block_table, seq_lens, cu_seqlens_q, *, num_tokens, num_blocks, block_size, max_seqlen_q,
                     max_seqlen_k, v_scale=None):
     """ValueError naming the argument, index and value unless the metadata fits the tensors (table above); one sync.
@@ -79,7 +74,7 @@ def _check_metadata(block_table, seq_lens, cu_seqlens_q, *, num_tokens, num_bloc
     touched = torch.arange(width, device=dev)[None, :] < pages[:, None]
     checks = [cu[:1] != 0, q_len < 1, cu[-1:] != num_tokens, sl < 1, sl > cap, q_len > sl,
               touched & ((bt < 0) | (bt >= num_blocks))]
-    parts = [torch.stack([_first(c) for c in checks])]
+    parts = [torch.stack([first_true(c) for c in checks])]
     if B: parts.append(torch.stack([q_len.max(), sl.max()]))
     if isinstance(v_scale, torch.Tensor):
         parts.append(v_scale.detach().reshape(1).to(device=dev, dtype=torch.float32).view(torch.int32).long())

@@ -5,11 +5,11 @@
 # %% auto #0
 __all__ = ['INDEX_NAME', 'CONFIG_NAME', 'SCALE_KEYS', 'LOCK_NAME', 'TMP_SUFFIX', 'MAX_SHARD_BYTES', 'scale_tensor_name',
            'CheckpointError', 'open_checkpoint', 'read_checkpoint_tensors', 'CheckpointBusyError', 'fsync_dir',
-           'atomic_write', 'ScaleWrite', 'write_kv_scales', 'config_to_json', 'config_from_json',
+           'stage_file', 'atomic_write', 'ScaleWrite', 'write_kv_scales', 'config_to_json', 'config_from_json',
            'declared_kv_cache_dtype', 'write_checkpoint', 'read_checkpoint', 'tiny_checkpoint']
 
 # %% ../nbs/09a_checkpoint.ipynb #14096aed
-import contextlib, fcntl, hashlib, json, numbers, os, re, stat, sys, time, warnings
+import contextlib, fcntl, hashlib, json, numbers, os, re, secrets, stat, sys, time, warnings
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
@@ -118,9 +118,12 @@ def fsync_dir(d: Path):
     try: os.fsync(fd)
     finally: os.close(fd)
 
-def atomic_write(path: Path, data: bytes, *, label: str, pause_at: str | None = None):
-    "Create or replace `path` with `data`: a temp file in the same folder, fsync, `os.replace`, fsync of the folder."
-    tmp = path.with_name(f".{path.name}{TMP_SUFFIX}")
+def stage_file(path: Path, data: bytes, *, unique: bool = False) -> Path:
+    """`data` in a new temp file beside `path` (`.<name>[.<pid>-<random>]` + TMP_SUFFIX), fsynced, with `path`'s mode
+    if it exists; the caller renames it into place or unlinks it. `unique` for writers that hold no lock."""
+    path = Path(path)
+    tag = f".{os.getpid()}-{secrets.token_hex(4)}" if unique else ""
+    tmp = path.with_name(f".{path.name}{tag}{TMP_SUFFIX}")
     mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else None
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
@@ -130,6 +133,16 @@ def atomic_write(path: Path, data: bytes, *, label: str, pause_at: str | None = 
             while view: view = view[os.write(fd, view):]
             os.fsync(fd)
         finally: os.close(fd)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+def atomic_write(path: Path, data: bytes, *, label: str = "", pause_at: str | None = None, unique: bool = False):
+    "Create or replace `path` with `data`: a temp file in the same folder, fsync, `os.replace`, fsync of the folder."
+    path = Path(path)
+    tmp = stage_file(path, data, unique=unique)
+    try:
         _pause(f"{label}-temp", pause_at)
         os.replace(tmp, path)
     except BaseException:

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 from .config import inkling_small, tiny
+from .checkpoint import stage_file
 from .gate import resolve_kv_cache_dtype, capability_table
 from .capacity import (PUBLISHED_KV_BYTES, PUBLISHED_SETTINGS, explain_gain, gib_text, plan_markdown,
                                     plan_pool, sensitivity_table, table_markdown, plot_fp8_gain)
@@ -475,16 +476,6 @@ def model_section(ctx: ReportContext) -> Section:
 REPORT_SECTIONS = [environment_section, capacity_section, kernel_section, rescale_section, model_section]
 NOT_YET = ""          # what the report does not cover yet (printed when non-empty)
 
-def _stage(path: Path, data: bytes) -> Path:
-    "Write `data` beside `path` under a temporary name, fsynced; the caller renames it into place."
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data); f.flush(); os.fsync(f.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True); raise
-    return tmp
-
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
@@ -517,7 +508,7 @@ def write_report(out: Path, sections: list, head: dict) -> list:
     staged = {}
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for name, blob in files.items(): staged[name] = _stage(out / name, blob)
+        for name, blob in files.items(): staged[name] = stage_file(out / name, blob, unique=True)
         for name, tmp in staged.items(): os.replace(tmp, out / name)
         staged = {}
     except BaseException:

@@ -13,6 +13,7 @@ import triton.language as tl
 from .numerics import E4M3_DTYPE, check_scale_range, scale_value, tl_quantize_e4m3, tl_div_scale_bf16, tl_rcp_scale, triton_target
 from .config import RankGeometry
 from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES
+from .batch import first_true
 
 # %% ../nbs/04_store.ipynb #4ef3cc3c
 SMALL_TOKEN_THRESHOLD = 128          # upstream: below this many tokens, one fused launch
@@ -328,11 +329,6 @@ def _merge_configs(base: dict, over: dict | None) -> dict:
     return out
 
 # %% ../nbs/04_store.ipynb #87a60410
-def _first(bad: torch.Tensor) -> torch.Tensor:
-    "Index of the first True in the 1-D `bad`, or −1, as a 0-dim int64 device tensor (no host sync)."
-    if bad.numel() == 0: return torch.full((), -1, dtype=torch.int64, device=bad.device)
-    return torch.where(bad.any(), bad.to(torch.int32).argmax(), -1)
-
 def _repeats(s: torch.Tensor) -> torch.Tensor:
     "Mask of the entries of `s` (negative = skip) that repeat another one, on the device: sort, compare neighbours."
     T = s.shape[0]
@@ -376,7 +372,7 @@ def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv
              *_conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, num_conv_blocks, N)]
     tensors = {n: s for n, s in scales.items() if isinstance(s, torch.Tensor)}
     if T == 0 and not tensors: return
-    parts = [torch.stack([_first(m) for m in masks])]
+    parts = [torch.stack([first_true(m) for m in masks])]
     parts += [s.detach().reshape(1).to(device=slot_mapping.device, dtype=torch.float32).view(torch.int32).long() for s in tensors.values()]
     got = torch.cat(parts).tolist()                                          # the one host sync
     for name, bits in zip(tensors, got[len(masks):]):

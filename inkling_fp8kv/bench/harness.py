@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 import triton
 from ..numerics import E4M3_DTYPE
+from ..checkpoint import atomic_write
 
 # %% ../../nbs/15a_bench_harness.ipynb #9f748042
 HEADER_KEYS = ("gpu", "torch", "triton", "date", "command")   # every results file carries these
@@ -31,17 +32,10 @@ def run_header(command: str, device="cuda") -> dict:
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), command=command)
 
 def write_json_atomic(path, obj) -> Path:
-    "Write `obj` as JSON to `path` through a temporary file in its folder (fsync, rename): never a half-written file."
+    "Write `obj` as JSON to `path` with the package's one atomic writer (`checkpoint.atomic_write`): never half a file."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, default=str); f.write("\n"); f.flush(); os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp): os.unlink(tmp)
-        raise
+    atomic_write(path, (json.dumps(obj, indent=1, default=str) + "\n").encode(), unique=True)
     return path
 
 def checkout_root() -> Path | None:

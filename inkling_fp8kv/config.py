@@ -37,7 +37,8 @@ class InklingConfig:
 
     def __post_init__(self):
         object.__setattr__(self, 'local_layer_ids', tuple(sorted(int(i) for i in self.local_layer_ids)))
-        if self.swa_num_attention_heads is None: object.__setattr__(self, 'swa_num_attention_heads', self.num_attention_heads)
+        if self.swa_num_attention_heads is None:
+            object.__setattr__(self, 'swa_num_attention_heads', self.num_attention_heads)
         if self.swa_num_kv_heads is None: object.__setattr__(self, 'swa_num_kv_heads', self.num_kv_heads)
         self.validate()
 
@@ -48,19 +49,24 @@ class InklingConfig:
         bad = [i for i in self.local_layer_ids if not 0 <= i < self.num_layers]
         if bad: err.append(f"local_layer_ids {bad} out of range [0, {self.num_layers})")
         if len(set(self.local_layer_ids)) != len(self.local_layer_ids): err.append("local_layer_ids has duplicates")
-        if self.head_dim != 128: err.append(f"head_dim={self.head_dim}: the fused prep and attention kernels require 128")
+        if self.head_dim != 128:
+            err.append(f"head_dim={self.head_dim}: the fused prep and attention kernels require 128")
         if self.d_rel != 16: err.append(f"d_rel={self.d_rel}: the fused prep kernel requires 16")
         for hq, hkv, kind in ((self.num_attention_heads, self.num_kv_heads, ''), (self.swa_num_attention_heads, self.swa_num_kv_heads, 'swa_')):
             if hkv < 1 or hq < 1: err.append(f"{kind}head counts must be >= 1 (got {hq} q / {hkv} kv)")
-            elif hq % hkv: err.append(f"{kind}num_attention_heads={hq} is not a multiple of {kind}num_kv_heads={hkv} (GQA)")
-            elif self.hidden_size % hkv: err.append(f"hidden_size={self.hidden_size} is not divisible by {kind}num_kv_heads={hkv} (conv-cache packing)")
+            elif hq % hkv:
+                err.append(f"{kind}num_attention_heads={hq} is not a multiple of {kind}num_kv_heads={hkv} (GQA)")
+            elif self.hidden_size % hkv:
+                err.append(f"hidden_size={self.hidden_size} is not divisible by {kind}num_kv_heads={hkv} (conv-cache packing)")
         if self.sconv_kernel_size < 1: err.append(f"sconv_kernel_size={self.sconv_kernel_size} must be >= 1")
         if self.rel_extent < 1 or self.sliding_window < 1: err.append("rel_extent and sliding_window must be >= 1")
-        if self.log_scaling_n_floor is not None and self.log_scaling_n_floor < 1: err.append("log_scaling_n_floor must be >= 1 or None")
+        if self.log_scaling_n_floor is not None and self.log_scaling_n_floor < 1:
+            err.append("log_scaling_n_floor must be >= 1 or None")
         if err: raise ValueError("invalid InklingConfig: " + "; ".join(err))
 
     @property
-    def global_layer_ids(self) -> tuple: return tuple(i for i in range(self.num_layers) if i not in self.local_layer_ids)
+    def global_layer_ids(self) -> tuple:
+        return tuple(i for i in range(self.num_layers) if i not in self.local_layer_ids)
     def is_local(self, layer: int) -> bool: return layer in self.local_layer_ids
     def rel_extent_of(self, layer: int) -> int: return self.sliding_window if self.is_local(layer) else self.rel_extent
     def window_of(self, layer: int) -> int | None: return self.sliding_window if self.is_local(layer) else None
@@ -107,7 +113,8 @@ def _rank(self: InklingConfig, tp: int = 1, local: bool = False) -> RankGeometry
     "Per-rank geometry at tensor parallel size `tp` for global (default) or local layers."
     hq, hkv = (self.swa_num_attention_heads, self.swa_num_kv_heads) if local else (self.num_attention_heads, self.num_kv_heads)
     if not isinstance(tp, int) or tp < 1: raise ValueError(f"tp must be a positive int, got {tp!r}")
-    if tp > hkv: raise ValueError(f"tp={tp} > {'swa_' if local else ''}num_kv_heads={hkv}: the conv cache needs whole KV heads per rank (tp <= kv heads)")
+    if tp > hkv:
+        raise ValueError(f"tp={tp} > {'swa_' if local else ''}num_kv_heads={hkv}: the conv cache needs whole KV heads per rank (tp <= kv heads)")
     if hkv % tp or hq % tp: raise ValueError(f"tp={tp} must divide the head counts ({hq} q / {hkv} kv)")
     Hq, Hkv, D = hq // tp, hkv // tp, self.head_dim
     off = dict(q=0, k=Hq * D, v=Hq * D + Hkv * D, r=Hq * D + 2 * Hkv * D)
@@ -124,7 +131,8 @@ _DTYPE_BYTES = {'bfloat16': 2, 'auto': 2, 'float16': 2, 'fp8': 1, 'fp8_e4m3': 1}
 def kv_dtype_bytes(kv_cache_dtype) -> int:
     "Bytes per stored element for a kv-cache dtype string or torch dtype."
     if isinstance(kv_cache_dtype, torch.dtype): return kv_cache_dtype.itemsize
-    if kv_cache_dtype not in _DTYPE_BYTES: raise ValueError(f"unknown kv_cache_dtype {kv_cache_dtype!r}; expected one of {sorted(_DTYPE_BYTES)}")
+    if kv_cache_dtype not in _DTYPE_BYTES:
+        raise ValueError(f"unknown kv_cache_dtype {kv_cache_dtype!r}; expected one of {sorted(_DTYPE_BYTES)}")
     return _DTYPE_BYTES[kv_cache_dtype]
 
 def _kv_bytes_per_token_layer(self: InklingConfig, tp: int, kv_cache_dtype='bfloat16', local: bool = False) -> int:

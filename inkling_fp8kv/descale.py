@@ -15,7 +15,8 @@ def quantize_query(q: torch.Tensor, q_scale, *, validate: bool = True) -> torch.
     """Static per-tensor e4m3 query, as vLLM's `QuantFP8`: `e4m3(clamp(float(q) · fp32(1/q_scale), ±448))`.
     A tensor `q_scale` is checked with one host sync unless `validate=False` (the trusted path: no sync)."""
     if isinstance(q_scale, torch.Tensor):
-        if q_scale.numel() != 1: raise ValueError(f"q_scale must be a per-tensor scalar, got shape {tuple(q_scale.shape)}")
+        if q_scale.numel() != 1:
+            raise ValueError(f"q_scale must be a per-tensor scalar, got shape {tuple(q_scale.shape)}")
         if validate: check_scale_range('q_scale', scale_value('q_scale', q_scale))
         s = q_scale.to(device=q.device, dtype=torch.float32).reshape(())
     else:

@@ -80,8 +80,10 @@ def _norm_capability(capability, platform):
 
 def resolve_kv_cache_dtype(kv_cache_dtype: str, *, capability=None, platform: str = "cuda") -> KVCacheDtype:
     "Resolve a vLLM `--kv-cache-dtype` string (matched exactly) for Inkling, or raise before anything is allocated."
-    if not isinstance(kv_cache_dtype, str): raise ValueError(f"kv_cache_dtype must be a string, got {type(kv_cache_dtype).__name__}")
-    if platform not in ("cuda", "rocm", "cpu"): raise ValueError(f"platform must be 'cuda', 'rocm' or 'cpu', got {platform!r}")
+    if not isinstance(kv_cache_dtype, str):
+        raise ValueError(f"kv_cache_dtype must be a string, got {type(kv_cache_dtype).__name__}")
+    if platform not in ("cuda", "rocm", "cpu"):
+        raise ValueError(f"platform must be 'cuda', 'rocm' or 'cpu', got {platform!r}")
     s = kv_cache_dtype
     supported = ", ".join(repr(x) for x in SUPPORTED_KV_CACHE_DTYPES)
     fp8 = s in FP8_E4M3_ALIASES

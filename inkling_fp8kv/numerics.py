@@ -137,7 +137,8 @@ def tl_rcp_scale(s):
 @triton.jit
 def tl_div_scale(x, s, y):
     "Triton device function (GPU only): fp32 `RN(x / s)` from `y = RN(1/s)`: a product and two FMA corrections."
-    ny, nx = y * -1.0, x * -1.0                  # true negations: (q·s − x)·(−y) = (x − q·s)·y, and x = −0 keeps its sign
+    # true negations: (q·s − x)·(−y) = (x − q·s)·y, and x = −0 keeps its sign
+    ny, nx = y * -1.0, x * -1.0
     q0 = x * y
     q1 = tl.fma(tl.fma(q0, s, nx), ny, q0)
     q2 = tl.fma(tl.fma(q1, s, nx), ny, q1)
@@ -180,8 +181,10 @@ def _quantize_kernel(x_ptr, out_ptr, scale_ptr, n, BLOCK: tl.constexpr, NATIVE: 
 # %% ../nbs/00_numerics.ipynb #705f3e1a
 def quantize_e4m3_triton(x: torch.Tensor, scale=1.0, native: bool = False) -> torch.Tensor:
     "`quantize_e4m3` by a Triton kernel: IEEE divide + `tl_quantize_e4m3` (GPU or interpreter), or with `native=True` (GPU only) the store's GPU path, `tl_div_scale` (`tl_div_scale_bf16` for bf16 `x`) + the hardware cast."
-    if triton_target() is None: raise RuntimeError("no Triton target: need a CUDA GPU or TRITON_INTERPRET=1 set before import")
-    if native and triton_target() != "cuda": raise ValueError("native=True relies on the GPU's cast; the interpreter's cast does not round to nearest even")
+    if triton_target() is None:
+        raise RuntimeError("no Triton target: need a CUDA GPU or TRITON_INTERPRET=1 set before import")
+    if native and triton_target() != "cuda":
+        raise ValueError("native=True relies on the GPU's cast; the interpreter's cast does not round to nearest even")
     xc = x.contiguous().reshape(-1)
     out = torch.empty(xc.shape, dtype=torch.uint8, device=x.device)
     s = _as_scale(scale).to(x.device).reshape(1)

@@ -73,7 +73,8 @@ def random_prep_weights(geom: RankGeometry, seed: int, device='cpu') -> PrepWeig
     "Seeded bf16 prep weights with checkpoint-like magnitudes (conv ~0.3, norms 1±0.1, proj ~N(0, 0.5))."
     g = torch.Generator().manual_seed(seed)
     C, D = geom.num_kv_heads * geom.head_dim, geom.head_dim
-    def draw(*shape, std, mean=0.0): return (mean + std * torch.randn(*shape, generator=g)).to(torch.bfloat16).to(device)
+    def draw(*shape, std, mean=0.0):
+        return (mean + std * torch.randn(*shape, generator=g)).to(torch.bfloat16).to(device)
     return PrepWeights(k_conv_w=draw(C, SCONV_WIDTH, std=0.3), v_conv_w=draw(C, SCONV_WIDTH, std=0.3),
                        q_norm_w=draw(D, std=0.1, mean=1.0), k_norm_w=draw(D, std=0.1, mean=1.0),
                        rel_proj=draw(geom.d_rel, geom.rel_extent, std=0.5))
@@ -99,7 +100,8 @@ def fill_garbage_(cache: torch.Tensor, seed: int) -> torch.Tensor:
 
 def alloc_conv_cache(num_blocks: int, geom: RankGeometry, block_size: int = 4, device='cpu', seed: int | None = None) -> torch.Tensor:
     "bf16 conv cache `[num_blocks, Hkv, N, D_pad]` (head-major); uninitialized, or garbage-filled when `seed` is given."
-    if num_blocks < 1 or block_size < 1: raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
+    if num_blocks < 1 or block_size < 1:
+        raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
     cache = torch.empty(num_blocks, geom.num_kv_heads, block_size, geom.conv_width_padded, dtype=torch.bfloat16, device=device)
     return cache if seed is None else fill_garbage_(cache, seed)
 
@@ -117,7 +119,8 @@ def short_conv_dense(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     xf, wf = x.float(), w.float()
     acc = torch.zeros_like(xf)
     for i in range(W):
-        tap = F.pad(xf, (0, 0, W - 1 - i, 0))[:L]    # x shifted down by 3 - i rows: x[p - 3 + i], zeros before the start
+        # x shifted down by 3 - i rows: x[p - 3 + i], zeros before the start
+        tap = F.pad(xf, (0, 0, W - 1 - i, 0))[:L]
         acc = acc + wf[:, i] * tap
     return (acc + xf).to(torch.bfloat16)
 
@@ -127,9 +130,11 @@ def sconv_paged(x: torch.Tensor, w: torch.Tensor, conv_cache: torch.Tensor, lane
     T, C = x.shape
     nb, H, N, D_pad = conv_cache.shape
     W = w.shape[1]
-    if C % H or w.shape[0] != C: raise ValueError(f"x [T, {C}] and w {tuple(w.shape)} must have C = Hkv·ws channels, Hkv = {H}")
+    if C % H or w.shape[0] != C:
+        raise ValueError(f"x [T, {C}] and w {tuple(w.shape)} must have C = Hkv·ws channels, Hkv = {H}")
     ws = C // H
-    if lane_offset < 0 or lane_offset + ws > D_pad: raise ValueError(f"lanes [{lane_offset}, {lane_offset + ws}) exceed D_pad = {D_pad}")
+    if lane_offset < 0 or lane_offset + ws > D_pad:
+        raise ValueError(f"lanes [{lane_offset}, {lane_offset + ws}) exceed D_pad = {D_pad}")
     for name, t in dict(positions=positions, seq_idx=seq_idx, query_start=query_start, conv_slot_mapping=conv_slot_mapping).items():
         if t.shape != (T,): raise ValueError(f"{name} must be [{T}], got {tuple(t.shape)}")
     lanes = slice(lane_offset, lane_offset + ws)
@@ -226,19 +231,24 @@ def reference_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, po
     _check_slots('slot_mapping', slot_mapping, T, k_cache.shape[0] * k_cache.shape[1])
     _check_slots('conv_slot_mapping', conv_slot_mapping, T, conv_cache.shape[0] * conv_cache.shape[2])
     if tau is not None:
-        if geom.local: raise ValueError("tau (log scaling) applies to global layers only; pass tau=None for a local layer")
+        if geom.local:
+            raise ValueError("tau (log scaling) applies to global layers only; pass tau=None for a local layer")
         if tau.shape != (T,): raise ValueError(f"tau must be [{T}], got {tuple(tau.shape)}")
-    if w.rel_proj.shape != (geom.d_rel, E): raise ValueError(f"rel_proj must be [{geom.d_rel}, {E}], got {tuple(w.rel_proj.shape)}")
+    if w.rel_proj.shape != (geom.d_rel, E):
+        raise ValueError(f"rel_proj must be [{geom.d_rel}, {E}], got {tuple(w.rel_proj.shape)}")
     if w.k_conv_w.shape != (Hkv * D, SCONV_WIDTH) or w.v_conv_w.shape != (Hkv * D, SCONV_WIDTH):
         raise ValueError(f"conv weights must be [{Hkv * D}, {SCONV_WIDTH}]")
     if conv_cache.shape[1] != Hkv or conv_cache.shape[3] != geom.conv_width_padded or conv_cache.dtype != torch.bfloat16:
         raise ValueError(f"conv_cache must be bf16 [nb, {Hkv}, N, {geom.conv_width_padded}], got {conv_cache.dtype} {tuple(conv_cache.shape)}")
-    if k_cache.shape[2:] != (Hkv, D): raise ValueError(f"k_cache must be [nb, B, {Hkv}, {D}], got {tuple(k_cache.shape)}")
+    if k_cache.shape[2:] != (Hkv, D):
+        raise ValueError(f"k_cache must be [nb, B, {Hkv}, {D}], got {tuple(k_cache.shape)}")
     q_in, k_in, v_in, r = split_qkvr(qkvr, geom)
     meta = dict(positions=positions, seq_idx=seq_idx, query_start=query_start,
                 conv_block_table=conv_block_table, conv_slot_mapping=conv_slot_mapping)
-    k_conv = sconv_paged(k_in.reshape(T, Hkv * D), w.k_conv_w, conv_cache, 0, **meta).reshape(T, Hkv, D)   # K lanes [0, D)
-    v_conv = sconv_paged(v_in.reshape(T, Hkv * D), w.v_conv_w, conv_cache, D, **meta).reshape(T, Hkv, D)   # V lanes [D, 2D)
+    # K lanes [0, D)
+    k_conv = sconv_paged(k_in.reshape(T, Hkv * D), w.k_conv_w, conv_cache, 0, **meta).reshape(T, Hkv, D)
+    # V lanes [D, 2D)
+    v_conv = sconv_paged(v_in.reshape(T, Hkv * D), w.v_conv_w, conv_cache, D, **meta).reshape(T, Hkv, D)
     k_norm = rms_norm(k_conv, w.k_norm_w, eps).to(torch.bfloat16)
     q = rms_norm(q_in, w.q_norm_w, eps).to(torch.bfloat16)
     rel = rel_project(r, w.rel_proj)
@@ -256,14 +266,18 @@ def rel_attention_ref(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens,
         raise RuntimeError("rel_attention_ref needs torch.get_float32_matmul_precision() == 'highest' (no TF32/bf16 matmuls)")
     T, Hq, D = q.shape
     nb, B, Hkv, Dk = k_cache.shape
-    if v_cache.shape != k_cache.shape or Dk != D: raise ValueError(f"caches {tuple(k_cache.shape)}/{tuple(v_cache.shape)} do not fit q {tuple(q.shape)}")
+    if v_cache.shape != k_cache.shape or Dk != D:
+        raise ValueError(f"caches {tuple(k_cache.shape)}/{tuple(v_cache.shape)} do not fit q {tuple(q.shape)}")
     if Hq % Hkv: raise ValueError(f"Hq={Hq} is not a multiple of Hkv={Hkv}")
-    if rel_logits.dim() != 3 or rel_logits.shape[:2] != (T, Hq): raise ValueError(f"rel_logits must be [{T}, {Hq}, E], got {tuple(rel_logits.shape)}")
+    if rel_logits.dim() != 3 or rel_logits.shape[:2] != (T, Hq):
+        raise ValueError(f"rel_logits must be [{T}, {Hq}, E], got {tuple(rel_logits.shape)}")
     if window is not None and window < 1: raise ValueError(f"window must be >= 1 or None, got {window}")
     qs, ks, vs = (_check_scale(n, s) for n, s in (('q_scale', q_scale), ('k_scale', k_scale), ('v_scale', v_scale)))
     cu, lens = cu_seqlens_q.tolist(), seq_lens.tolist()
-    if len(cu) != len(lens) + 1 or cu[0] != 0 or cu[-1] != T: raise ValueError(f"cu_seqlens_q {cu} does not describe {T} tokens of {len(lens)} requests")
-    if block_table.shape[0] < len(lens): raise ValueError(f"block_table has {block_table.shape[0]} rows for {len(lens)} requests")
+    if len(cu) != len(lens) + 1 or cu[0] != 0 or cu[-1] != T:
+        raise ValueError(f"cu_seqlens_q {cu} does not describe {T} tokens of {len(lens)} requests")
+    if block_table.shape[0] < len(lens):
+        raise ValueError(f"block_table has {block_table.shape[0]} rows for {len(lens)} requests")
     G, E = Hq // Hkv, rel_logits.shape[-1]
     out = torch.zeros(T, Hq, D, dtype=torch.float32, device=q.device)
     for b, kv_len in enumerate(lens):
@@ -271,7 +285,8 @@ def rel_attention_ref(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens,
         if q_len == 0: continue
         if not q_len <= kv_len <= block_table.shape[1] * B:
             raise ValueError(f"request {b}: need q_len {q_len} <= seq_len {kv_len} <= block_table capacity {block_table.shape[1] * B}")
-        rows = max(1, max_scores // (Hq * kv_len))                             # query rows per chunk (memory bound only)
+        # query rows per chunk (memory bound only)
+        rows = max(1, max_scores // (Hq * kv_len))
         for i0 in range(0, q_len, rows):
             i1 = min(q_len, i0 + rows)
             P = torch.arange(kv_len - q_len + i0, kv_len - q_len + i1, device=q.device)   # absolute query positions
@@ -282,7 +297,8 @@ def rel_attention_ref(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens,
             Q = (q[t0 + i0:t0 + i1].float() * qs).reshape(i1 - i0, Hkv, G, D)
             S = torch.einsum('ikgd,jkd->kgij', Q, K) * softmax_scale            # [Hkv, G, rows, keys]
             d = P[:, None] - torch.arange(j0, j1, device=q.device)[None, :]     # distances pos_q - pos_k
-            rel = rel_logits[t0 + i0:t0 + i1].float().reshape(i1 - i0, Hkv, G, E).permute(1, 2, 0, 3)   # [Hkv, G, rows, E]
+            # [Hkv, G, rows, E]
+            rel = rel_logits[t0 + i0:t0 + i1].float().reshape(i1 - i0, Hkv, G, E).permute(1, 2, 0, 3)
             bias = rel.gather(-1, d.clamp(0, E - 1).expand(Hkv, G, *d.shape))
             S = S + torch.where((d >= 0) & (d < E), bias, 0.0)
             masked = (d < 0) if window is None else (d < 0) | (d > window - 1)

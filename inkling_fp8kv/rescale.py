@@ -68,9 +68,12 @@ def emulate_online_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bi
     _check_head_inputs(q, k, v, bias)
     if p_dtype not in _P_DTYPES: raise ValueError(f"p_dtype must be one of {_P_DTYPES}, got {p_dtype!r}")
     if rowsum not in _ROWSUMS: raise ValueError(f"rowsum must be one of {_ROWSUMS}, got {rowsum!r}")
-    if not (isinstance(block_n, int) and block_n >= 1): raise ValueError(f"block_n must be an int >= 1, got {block_n!r}")
-    if not (math.isfinite(threshold) and threshold >= 0): raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
-    if not (math.isfinite(softmax_scale) and softmax_scale > 0): raise ValueError(f"softmax_scale must be finite and > 0, got {softmax_scale}")
+    if not (isinstance(block_n, int) and block_n >= 1):
+        raise ValueError(f"block_n must be an int >= 1, got {block_n!r}")
+    if not (math.isfinite(threshold) and threshold >= 0):
+        raise ValueError(f"threshold must be finite and >= 0, got {threshold}")
+    if not (math.isfinite(softmax_scale) and softmax_scale > 0):
+        raise ValueError(f"softmax_scale must be finite and > 0, got {softmax_scale}")
     q, k, v, bias = q.float(), k.float(), v.float(), bias.float()
     Lq, Lk, dev = q.shape[0], k.shape[0], q.device
     off = float(max_offset) if p_dtype == "e4m3" else 0.0   # the bf16 path does not pre-scale P
@@ -142,7 +145,8 @@ STRESS_REL_FRO = 3e-2   # ... and relative Frobenius error, both vs the exact so
 
 def rel_bias_matrix(rel_logits: torch.Tensor, kv_len: int, *, window: int | None = None) -> torch.Tensor:
     "Dense bias [q_len, kv_len] (float32, -inf where masked) for one head from `rel_logits` [q_len, E]."
-    if rel_logits.dim() != 2: raise ValueError(f"rel_logits must be [q_len, E] for one head, got {tuple(rel_logits.shape)}")
+    if rel_logits.dim() != 2:
+        raise ValueError(f"rel_logits must be [q_len, E] for one head, got {tuple(rel_logits.shape)}")
     q_len, E = rel_logits.shape
     if not (1 <= q_len <= kv_len): raise ValueError(f"need 1 <= q_len <= kv_len, got q_len={q_len}, kv_len={kv_len}")
     if window is not None and window < 1: raise ValueError(f"window must be None or >= 1, got {window}")
@@ -157,7 +161,8 @@ def rel_bias_matrix(rel_logits: torch.Tensor, kv_len: int, *, window: int | None
 def bias_stress_case(seed: int = 0, *, q_len: int = 64, kv_len: int = 320, num_heads: int = 8, num_kv_heads: int = 2,
                      rel_extent: int = 128, window: int | None = None, head_dim: int = 128, block_n: int = 64) -> dict:
     "Deterministic inputs on which a lazy-rescale threshold of 4.0 clips fp8 P heavily and 0.75 does not."
-    if num_heads % num_kv_heads: raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
     if not (1 <= q_len <= kv_len): raise ValueError(f"need 1 <= q_len <= kv_len, got q_len={q_len}, kv_len={kv_len}")
     if rel_extent < 1 or head_dim < 1 or block_n < 1: raise ValueError("rel_extent, head_dim and block_n must be >= 1")
     if window is not None and window < 1: raise ValueError(f"window must be None or >= 1, got {window}")

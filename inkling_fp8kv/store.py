@@ -21,7 +21,8 @@ REL_MODES = ('loop', 'fma_dot', 'tc_dot')
 
 CONFIGS = {
     'cuda': dict(
-        fused=dict(BLOCK_E=1024, num_warps=4),                                 # one (token, head) row per program; a row's logits in one block
+        # one (token, head) row per program; a row's logits in one block
+        fused=dict(BLOCK_E=1024, num_warps=4),
         # one launch: K/V programs (BLOCK_T tokens of one kv head) interleaved with q + rel programs
         # (BLOCK_M (token, q-head) rows x E_BLOCKS tiles of BLOCK_E logits)
         tiled=dict(BLOCK_T=4, BLOCK_M=32, BLOCK_E=128, E_BLOCKS=8, num_warps=4, mode='tc_dot'),
@@ -174,7 +175,8 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
              k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots, n_conv_slots, nb_conv,
              D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr,
              CONV_N: tl.constexpr, KV_B: tl.constexpr, C: tl.constexpr, FP8: tl.constexpr, POW2: tl.constexpr, SOFT_BF16: tl.constexpr):
-    if FP8:                                                             # issued first, inverted once the other loads are out
+    # issued first, inverted once the other loads are out
+    if FP8:
         k_scale = tl.load(k_scale_ptr)
         v_scale = tl.load(v_scale_ptr)
     rmask = tok < n_tok
@@ -196,9 +198,11 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
     # compiled in only under TRITON_DEBUG=1 (negative = skip, as everywhere)
     tl.device_assert(slot < n_slots, "slot_mapping entry outside [0, num_blocks * block_size)")
     tl.device_assert(cslot < n_conv_slots, "conv_slot_mapping entry outside the conv cache")
-    knw = (tl.load(knw_ptr + d[None, :] + tl.zeros_like(tok)[:, None]).to(tl.int32) << 16).to(tl.float32, bitcast=True)   # tile-shaped, as the taps
+    # tile-shaped, as the taps
+    knw = (tl.load(knw_ptr + d[None, :] + tl.zeros_like(tok)[:, None]).to(tl.int32) << 16).to(tl.float32, bitcast=True)
     if FP8:
-        if not SOFT_BF16:                                               # RN(1/scale): branch-free, while the loads are in flight
+        # RN(1/scale): branch-free, while the loads are in flight
+        if not SOFT_BF16:
             k_rcp = tl_rcp_scale(k_scale)
             v_rcp = tl_rcp_scale(v_scale)
     # a prefill's taps mostly come from this launch's own rows: skip the conv-cache gathers when none needs them
@@ -233,7 +237,8 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
             else:
                 _store_pair(k_dst, v_dst, d, store, tl_quantize_e4m3(tl_div_scale_bf16(kf32, k_scale, k_rcp), True),
                             tl_quantize_e4m3(tl_div_scale_bf16(vf32, v_scale, v_rcp), True))
-        else:                                                           # GPU: divide-free RN(x / s), hardware cast (00_numerics)
+        # GPU: divide-free RN(x / s), hardware cast (00_numerics)
+        else:
             _store_pair(k_dst, v_dst, d, store, tl_quantize_e4m3(tl_div_scale_bf16(kf32, k_scale, k_rcp), True),
                         tl_quantize_e4m3(tl_div_scale_bf16(vf32, v_scale, v_rcp), True))
     else:
@@ -252,7 +257,8 @@ def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
     n_q = T * HQ
     if pid < n_q:                                                       # one (token, q-head) row: q and its logits
         rows = tl.full([1], pid, tl.int32)
-        qx, qw, qtau = _q_load(rows, n_q, qkvr_ptr, stride_tok, qnw_ptr, tau_ptr, HQ, D, HAS_TAU)   # in flight during the logits
+        # in flight during the logits
+        qx, qw, qtau = _q_load(rows, n_q, qkvr_ptr, stride_tok, qnw_ptr, tau_ptr, HQ, D, HAS_TAU)
         _rel_tile(rows, n_q, 0, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_ptr,
                   HQ, R, E, OFF_R, BLOCK_E, (E + BLOCK_E - 1) // BLOCK_E, 0, HAS_TAU, SOFT_BF16)
         _q_finish(rows, n_q, qx, qw, qtau, tau_ptr, q_ptr, eps, HQ, D, HAS_TAU, True, SOFT_BF16)
@@ -300,7 +306,8 @@ def _scale_arg(name: str, scale, device) -> torch.Tensor:
     if scale is None: raise ValueError(f"{name} is required for an fp8 (float8_e4m3fn) cache")
     if isinstance(scale, torch.Tensor):
         if scale.numel() != 1: raise ValueError(f"{name} must be a per-tensor scalar, got shape {tuple(scale.shape)}")
-        if scale.dtype == torch.float32 and scale.device == device: return scale   # as is: the kernels read its one element
+        # as is: the kernels read its one element
+        if scale.dtype == torch.float32 and scale.device == device: return scale
         return scale.to(device=device, dtype=torch.float32).reshape(1)
     return torch.full((1,), check_scale_range(name, scale_value(name, scale)), dtype=torch.float32, device=device)
 
@@ -356,7 +363,8 @@ def _conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slo
             ok = cached & ~w & ~r & (blk >= 0) & (blk < num_blocks)
             bad_blk = bad_blk | (cached & ~w & ~r & ~ok)
             cell = blk * N + src.clamp(min=0) % N
-            hit = written[torch.searchsorted(written, cell).clamp(max=T - 1)] == cell   # membership by a sorted search: no sync
+            # membership by a sorted search: no sync
+            hit = written[torch.searchsorted(written, cell).clamp(max=T - 1)] == cell
             racy = racy | (ok & hit)
     return [narrow, no_row, bad_blk, racy]
 
@@ -387,18 +395,21 @@ def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv
         if k % 2 == 0: raise ValueError(f"{name}[{t}] = {v[t]}: must hold distinct slots < {cap} (or negative to skip)")
         raise ValueError(f"{name}[{t}] = {v[t]} repeats {name}[{next(j for j, x in enumerate(v) if x == v[t] and j != t)}]: "
                          f"must hold distinct slots < {cap} (or negative to skip)")
-    if k == 4: raise ValueError(f"query_start[{t}] = {int(query_start[t])}: must lie in [0, {t}] (the first row of token {t}'s request in this batch)")
+    if k == 4:
+        raise ValueError(f"query_start[{t}] = {int(query_start[t])}: must lie in [0, {t}] (the first row of token {t}'s request in this batch)")
     p, r = int(positions[t]), int(seq_idx[t])
     if k == 5: raise ValueError(f"conv_block_table has {conv_block_table.shape[1]} columns; token {t} (position {p}) reads a conv tap from the cache "
                                 f"at a position that needs more (conv block size {N})")
-    if k == 6: raise ValueError(f"seq_idx[{t}] = {r} is not a row of conv_block_table, [0, {conv_block_table.shape[0]}), and token {t} reads conv taps from the cache")
+    if k == 6:
+        raise ValueError(f"seq_idx[{t}] = {r} is not a row of conv_block_table, [0, {conv_block_table.shape[0]}), and token {t} reads conv taps from the cache")
     if k == 7:
         row = conv_block_table[r].tolist()
         c, v = next((c, v) for c, v in enumerate(row) if not 0 <= v < num_conv_blocks)
         raise ValueError(f"conv_block_table[{r}, {c}] = {v} is not a block of the conv cache, [0, {num_conv_blocks}) (read by token {t}'s conv taps)")
     cs, qs, row = conv_slot_mapping.tolist(), int(query_start[t]), conv_block_table[r].tolist()
     taps = [p - (SCONV_WIDTH - 1) + i for i in range(SCONV_WIDTH - 1) if p - (SCONV_WIDTH - 1) + i >= 0 and t - (SCONV_WIDTH - 1) + i < qs]
-    src = next(s for s in taps if row[s // N] * N + s % N in cs)                  # the cached tap whose cell is written here
+    # the cached tap whose cell is written here
+    src = next(s for s in taps if row[s // N] * N + s % N in cs)
     cell = row[src // N] * N + src % N
     raise ValueError(f"token {t} (position {p}, query_start[{t}] = {qs}) reads its conv tap at position {src} from the conv cache, cell {cell} "
                      f"(conv_block_table[{r}, {src // N}] = {row[src // N]}), which conv_slot_mapping[{cs.index(cell)}] writes in the same call: "
@@ -428,12 +439,14 @@ def _check_prep_weights(w: PrepWeights, geom: RankGeometry):
                          f"got {tuple(w.k_conv_w.shape)} and {tuple(w.v_conv_w.shape)}")
     if w.q_norm_w.shape != (D,) or w.k_norm_w.shape != (D,): raise ValueError(f"norm weights must be [{D}]")
     for name in ('k_conv_w', 'v_conv_w', 'q_norm_w', 'k_norm_w', 'rel_proj'):
-        if getattr(w, name).dtype != torch.bfloat16: raise ValueError(f"w.{name} must be bf16, got {getattr(w, name).dtype}")
+        if getattr(w, name).dtype != torch.bfloat16:
+            raise ValueError(f"w.{name} must be bf16, got {getattr(w, name).dtype}")
 
 def prep_launch(geom: RankGeometry, num_tokens: int, *, small_token_threshold: int = SMALL_TOKEN_THRESHOLD) -> tuple:
     "Which kernel `qkvr_prep` launches for `num_tokens` tokens, with the integers it passes that vary per batch: `('fused', T)` or `('tiled', T, n_kv, n_rel)`."
     target = triton_target()
-    if target is None: raise RuntimeError("prep_launch needs a Triton target: a CUDA GPU, or TRITON_INTERPRET=1 set before import")
+    if target is None:
+        raise RuntimeError("prep_launch needs a Triton target: a CUDA GPU, or TRITON_INTERPRET=1 set before import")
     T = num_tokens
     if T < small_token_threshold: return ('fused', T)
     _, _, _, n_kv, n_rel = _tiled_grid(CONFIGS[target]['tiled'], T, geom.num_heads, geom.num_kv_heads, geom.rel_extent)
@@ -447,11 +460,14 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
               configs: dict | None = None, validate: bool = True):
     "Triton prep: returns `(q [T,Hq,128], rel_logits [T,Hq,E])` bf16; writes the conv cache and the (bf16 or e4m3) K/V cache."
     target = triton_target()
-    if target is None: raise RuntimeError("qkvr_prep needs a Triton target: a CUDA GPU, or TRITON_INTERPRET=1 set before import")
-    if qkvr.dim() != 2 or qkvr.dtype != torch.bfloat16: raise ValueError(f"qkvr must be a 2-D bf16 tensor, got {qkvr.dtype} {tuple(qkvr.shape)}")
+    if target is None:
+        raise RuntimeError("qkvr_prep needs a Triton target: a CUDA GPU, or TRITON_INTERPRET=1 set before import")
+    if qkvr.dim() != 2 or qkvr.dtype != torch.bfloat16:
+        raise ValueError(f"qkvr must be a 2-D bf16 tensor, got {qkvr.dtype} {tuple(qkvr.shape)}")
     T, dev = qkvr.shape[0], qkvr.device
     Hq, Hkv, D, R, E = geom.num_heads, geom.num_kv_heads, geom.head_dim, geom.d_rel, geom.rel_extent
-    if qkvr.shape[1] != geom.qkvr_width: raise ValueError(f"qkvr must be [T, {geom.qkvr_width}] for this geometry, got {tuple(qkvr.shape)}")
+    if qkvr.shape[1] != geom.qkvr_width:
+        raise ValueError(f"qkvr must be [T, {geom.qkvr_width}] for this geometry, got {tuple(qkvr.shape)}")
     if D != 128 or R != 16: raise ValueError(f"the prep kernels need head_dim 128 and d_rel 16, got {D} and {R}")
     if k_cache.dtype != v_cache.dtype or k_cache.dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"k_cache/v_cache dtypes {k_cache.dtype}/{v_cache.dtype}: expected both bf16 or both float8_e4m3fn")
@@ -460,31 +476,38 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
     for name, t in dict(positions=positions, seq_idx=seq_idx, query_start=query_start,
                         conv_slot_mapping=conv_slot_mapping, slot_mapping=slot_mapping).items():
         if t.shape != (T,): raise ValueError(f"{name} must be [{T}], got {tuple(t.shape)}")
-        if t.dtype.is_floating_point or t.dtype == torch.bool: raise ValueError(f"{name} must hold integers, got {t.dtype}")
+        if t.dtype.is_floating_point or t.dtype == torch.bool:
+            raise ValueError(f"{name} must hold integers, got {t.dtype}")
     if tau is not None:
-        if geom.local: raise ValueError("tau (log scaling) applies to global layers only; pass tau=None for a local layer")
+        if geom.local:
+            raise ValueError("tau (log scaling) applies to global layers only; pass tau=None for a local layer")
         if tau.shape != (T,): raise ValueError(f"tau must be [{T}], got {tuple(tau.shape)}")
     _check_prep_weights(w, geom)
     if conv_cache.dim() != 4 or conv_cache.shape[1] != Hkv or conv_cache.shape[3] != geom.conv_width_padded or conv_cache.dtype != torch.bfloat16:
         raise ValueError(f"conv_cache must be bf16 [nb, {Hkv}, N, {geom.conv_width_padded}], got {conv_cache.dtype} {tuple(conv_cache.shape)}")
     if k_cache.dim() != 4 or k_cache.shape[2:] != (Hkv, D) or v_cache.shape != k_cache.shape:
         raise ValueError(f"k_cache and v_cache must be [nb, B, {Hkv}, {D}], got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
-    if conv_block_table.dim() != 2: raise ValueError(f"conv_block_table must be 2-D, got {tuple(conv_block_table.shape)}")
+    if conv_block_table.dim() != 2:
+        raise ValueError(f"conv_block_table must be 2-D, got {tuple(conv_block_table.shape)}")
     for name, t in dict(qkvr=qkvr, conv_cache=conv_cache, k_cache=k_cache, v_cache=v_cache).items():
-        if t.stride(-1) != 1: raise ValueError(f"{name} must have unit stride along its last dim, got strides {t.stride()}")
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have unit stride along its last dim, got strides {t.stride()}")
     on_dev = dict(positions=positions, seq_idx=seq_idx, query_start=query_start, conv_cache=conv_cache,
                   conv_block_table=conv_block_table, conv_slot_mapping=conv_slot_mapping, k_cache=k_cache, v_cache=v_cache,
                   slot_mapping=slot_mapping, tau=tau, **{f"w.{f}": getattr(w, f) for f in ('k_conv_w', 'v_conv_w', 'q_norm_w', 'k_norm_w', 'rel_proj')})
     for name, t in on_dev.items():
-        if t is not None and t.device != dev: raise ValueError(f"{name} is on {t.device} but qkvr on {dev}: all inputs must share one device")
-    if force_path not in (None, 'fused', 'tiled'): raise ValueError(f"force_path must be None, 'fused' or 'tiled', got {force_path!r}")
+        if t is not None and t.device != dev:
+            raise ValueError(f"{name} is on {t.device} but qkvr on {dev}: all inputs must share one device")
+    if force_path not in (None, 'fused', 'tiled'):
+        raise ValueError(f"force_path must be None, 'fused' or 'tiled', got {force_path!r}")
     nb_conv, N = conv_cache.shape[0], conv_cache.shape[2]
     if validate:
         _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, slot_mapping,
                              num_slots=k_cache.shape[0] * k_cache.shape[1], num_conv_blocks=nb_conv, N=N,
                              scales=dict(k_scale=k_scale, v_scale=v_scale) if fp8 else {})
     cfg = CONFIGS[target] if configs is None else _merge_configs(CONFIGS[target], configs)
-    if cfg['tiled']['mode'] not in REL_MODES: raise ValueError(f"configs['tiled']['mode'] must be one of {REL_MODES}, got {cfg['tiled']['mode']!r}")
+    if cfg['tiled']['mode'] not in REL_MODES:
+        raise ValueError(f"configs['tiled']['mode'] must be one of {REL_MODES}, got {cfg['tiled']['mode']!r}")
 
     q = torch.empty(T, Hq, D, dtype=torch.bfloat16, device=dev)
     rel = torch.empty(T, Hq, E, dtype=torch.bfloat16, device=dev)

@@ -52,12 +52,14 @@ class InklingConfig:
         if self.head_dim != 128:
             err.append(f"head_dim={self.head_dim}: the fused prep and attention kernels require 128")
         if self.d_rel != 16: err.append(f"d_rel={self.d_rel}: the fused prep kernel requires 16")
-        for hq, hkv, kind in ((self.num_attention_heads, self.num_kv_heads, ''), (self.swa_num_attention_heads, self.swa_num_kv_heads, 'swa_')):
+        for hq, hkv, kind in ((self.num_attention_heads, self.num_kv_heads, ''),
+                              (self.swa_num_attention_heads, self.swa_num_kv_heads, 'swa_')):
             if hkv < 1 or hq < 1: err.append(f"{kind}head counts must be >= 1 (got {hq} q / {hkv} kv)")
             elif hq % hkv:
                 err.append(f"{kind}num_attention_heads={hq} is not a multiple of {kind}num_kv_heads={hkv} (GQA)")
             elif self.hidden_size % hkv:
-                err.append(f"hidden_size={self.hidden_size} is not divisible by {kind}num_kv_heads={hkv} (conv-cache packing)")
+                err.append(f"hidden_size={self.hidden_size} is not divisible by {kind}num_kv_heads={hkv} (conv-cache "
+                           f"packing)")
         if self.sconv_kernel_size < 1: err.append(f"sconv_kernel_size={self.sconv_kernel_size} must be >= 1")
         if self.rel_extent < 1 or self.sliding_window < 1: err.append("rel_extent and sliding_window must be >= 1")
         if self.log_scaling_n_floor is not None and self.log_scaling_n_floor < 1:
@@ -111,10 +113,12 @@ def _next_pow2(n: int) -> int: return 1 << (n - 1).bit_length()
 
 def _rank(self: InklingConfig, tp: int = 1, local: bool = False) -> RankGeometry:
     "Per-rank geometry at tensor parallel size `tp` for global (default) or local layers."
-    hq, hkv = (self.swa_num_attention_heads, self.swa_num_kv_heads) if local else (self.num_attention_heads, self.num_kv_heads)
+    hq, hkv = (self.swa_num_attention_heads, self.swa_num_kv_heads) if local else (self.num_attention_heads,
+                                                                                   self.num_kv_heads)
     if not isinstance(tp, int) or tp < 1: raise ValueError(f"tp must be a positive int, got {tp!r}")
     if tp > hkv:
-        raise ValueError(f"tp={tp} > {'swa_' if local else ''}num_kv_heads={hkv}: the conv cache needs whole KV heads per rank (tp <= kv heads)")
+        raise ValueError(f"tp={tp} > {'swa_' if local else ''}num_kv_heads={hkv}: the conv cache needs whole KV heads "
+                         f"per rank (tp <= kv heads)")
     if hkv % tp or hq % tp: raise ValueError(f"tp={tp} must divide the head counts ({hq} q / {hkv} kv)")
     Hq, Hkv, D = hq // tp, hkv // tp, self.head_dim
     off = dict(q=0, k=Hq * D, v=Hq * D + Hkv * D, r=Hq * D + 2 * Hkv * D)

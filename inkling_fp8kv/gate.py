@@ -73,7 +73,8 @@ def _norm_capability(capability, platform):
     if capability is not None: cap = parse_capability(capability)
     elif platform == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"platform='cuda' but no GPU is visible: pass capability=(major, minor), or platform='cpu' for the Triton interpreter")
+            raise ValueError(f"platform='cuda' but no GPU is visible: pass capability=(major, minor), or "
+                             f"platform='cpu' for the Triton interpreter")
         cap = tuple(torch.cuda.get_device_capability())
     else: cap = None                                            # the interpreter, or unquantized on ROCm: none needed
     return None if platform == "cpu" else cap
@@ -90,24 +91,29 @@ def resolve_kv_cache_dtype(kv_cache_dtype: str, *, capability=None, platform: st
     if not (fp8 or s in ("auto", "bfloat16") or (s == "float16" and platform == "rocm")):
         # names vLLM may add later in these families are refused the same way (never run with wrong numerics)
         # (vLLM's names are lower-case identifiers: 'fp8 ' or 'fp8-e4m3' is a typo, not a format)
-        family = re.fullmatch(r"[a-z0-9_]+", s) and s.startswith(("fp8", "int8", "int4", "nvfp4", "turboquant", "ultraquant", "mxfp"))
+        family = re.fullmatch(r"[a-z0-9_]+",
+                              s) and s.startswith(("fp8", "int8", "int4", "nvfp4", "turboquant", "ultraquant", "mxfp"))
         if s in KNOWN_UNSUPPORTED_KV_CACHE_DTYPES or family:
-            raise NotImplementedError(f"kv_cache_dtype={s!r} is not supported for Inkling: the store clamp and kernels are per-tensor e4m3 only. "
+            raise NotImplementedError(f"kv_cache_dtype={s!r} is not supported for Inkling: the store clamp and kernels "
+                                      f"are per-tensor e4m3 only. "
                                       f"Supported: {supported}")
         hint = f" (strings are matched exactly, as vLLM's --kv-cache-dtype choices: did you mean {s.strip().lower()!r}?)" \
             if s.strip().lower() in SUPPORTED_KV_CACHE_DTYPES + KNOWN_UNSUPPORTED_KV_CACHE_DTYPES else ""
         raise ValueError(f"unknown kv_cache_dtype {s!r}; supported: {supported}{hint}")
     if fp8 and platform == "rocm":
-        raise NotImplementedError(f"kv_cache_dtype={s!r} on ROCm: quantized KV caches are not implemented for Inkling on ROCm "
+        raise NotImplementedError(f"kv_cache_dtype={s!r} on ROCm: quantized KV caches are not implemented for Inkling "
+                                  f"on ROCm "
                                   f"(its attention kernels are bf16-only); use 'auto' or 'bfloat16'")
     cap = _norm_capability(capability, platform)
     where = "the Triton interpreter" if platform == "cpu" else (f"{platform} SM{cap[0]}{cap[1]}" if cap else platform)
     if fp8:
         backends = _fp8_native(cap, platform)
         if not backends:
-            raise NotImplementedError(f"kv_cache_dtype={s!r} needs an fp8 attention path: SM89+ (triton) or SM100 family (tml_fa4); "
+            raise NotImplementedError(f"kv_cache_dtype={s!r} needs an fp8 attention path: SM89+ (triton) or SM100 "
+                                      f"family (tml_fa4); "
                                       f"{where} has none. Use 'auto' or 'bfloat16'")
-        return KVCacheDtype("fp8_e4m3", s, True, torch.uint8, torch.float8_e4m3fn, backends, "FP8_PER_TENSOR", platform, cap)
+        return KVCacheDtype("fp8_e4m3", s, True, torch.uint8, torch.float8_e4m3fn, backends, "FP8_PER_TENSOR", platform,
+                            cap)
     name, dt = ("float16", torch.float16) if s == "float16" else ("bfloat16", torch.bfloat16)
     backends = _bf16_backends(cap, platform)
     if not backends: raise NotImplementedError(f"Inkling attention needs SM80+; {where} has no backend")
@@ -115,13 +121,15 @@ def resolve_kv_cache_dtype(kv_cache_dtype: str, *, capability=None, platform: st
 
 
 # %% ../nbs/02_gate.ipynb #f661f54a
-CAPABILITIES = {"SM75 (Turing)": (7, 5), "SM80 (A100)": (8, 0), "SM86 (A10)": (8, 6), "SM89 (L40S)": (8, 9), "SM90 (H100/H200)": (9, 0),
+CAPABILITIES = {"SM75 (Turing)": (7, 5), "SM80 (A100)": (8, 0), "SM86 (A10)": (8, 6), "SM89 (L40S)": (8, 9),
+                "SM90 (H100/H200)": (9, 0),
                 "SM100 (B200)": (10, 0), "SM103 (B300)": (10, 3), "SM120 (RTX 50)": (12, 0)}
 
 def capability_table(dtypes=("bfloat16", "fp8")) -> list:
     "One row per capability (and ROCm, CPU): the backends `auto` would try for each dtype, or the error type."
     rows = []
-    targets = [(k, dict(capability=v)) for k, v in CAPABILITIES.items()] + [("ROCm (gfx950)", dict(capability=(9, 5), platform="rocm")),
+    targets = [(k, dict(capability=v)) for k,
+               v in CAPABILITIES.items()] + [("ROCm (gfx950)", dict(capability=(9, 5), platform="rocm")),
                                                                            ("CPU (interpreter)", dict(platform="cpu"))]
     for label, kw in targets:
         row = {"target": label}

@@ -98,11 +98,13 @@ def fill_garbage_(cache: torch.Tensor, seed: int) -> torch.Tensor:
         cache.copy_((8 * torch.randn(cache.shape, generator=g)).to(cache.dtype))
     return cache
 
-def alloc_conv_cache(num_blocks: int, geom: RankGeometry, block_size: int = 4, device='cpu', seed: int | None = None) -> torch.Tensor:
+def alloc_conv_cache(num_blocks: int, geom: RankGeometry, block_size: int = 4, device='cpu',
+                     seed: int | None = None) -> torch.Tensor:
     "bf16 conv cache `[num_blocks, Hkv, N, D_pad]` (head-major); uninitialized, or garbage-filled when `seed` is given."
     if num_blocks < 1 or block_size < 1:
         raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
-    cache = torch.empty(num_blocks, geom.num_kv_heads, block_size, geom.conv_width_padded, dtype=torch.bfloat16, device=device)
+    cache = torch.empty(num_blocks, geom.num_kv_heads, block_size, geom.conv_width_padded, dtype=torch.bfloat16,
+                        device=device)
     return cache if seed is None else fill_garbage_(cache, seed)
 
 def gather_conv(conv_cache: torch.Tensor, block_row, num_tokens: int) -> torch.Tensor:
@@ -135,7 +137,8 @@ def sconv_paged(x: torch.Tensor, w: torch.Tensor, conv_cache: torch.Tensor, lane
     ws = C // H
     if lane_offset < 0 or lane_offset + ws > D_pad:
         raise ValueError(f"lanes [{lane_offset}, {lane_offset + ws}) exceed D_pad = {D_pad}")
-    for name, t in dict(positions=positions, seq_idx=seq_idx, query_start=query_start, conv_slot_mapping=conv_slot_mapping).items():
+    for name, t in dict(positions=positions, seq_idx=seq_idx, query_start=query_start,
+                        conv_slot_mapping=conv_slot_mapping).items():
         if t.shape != (T,): raise ValueError(f"{name} must be [{T}], got {tuple(t.shape)}")
     lanes = slice(lane_offset, lane_offset + ws)
     by_token = conv_cache.permute(0, 2, 1, 3)                 # [nb, N, H, D_pad]: index (block, offset) first
@@ -153,7 +156,8 @@ def sconv_paged(x: torch.Tensor, w: torch.Tensor, conv_cache: torch.Tensor, lane
         if cached.any():
             logical = src[cached] // N
             if (logical >= conv_block_table.shape[1]).any():
-                raise ValueError(f"conv_block_table has {conv_block_table.shape[1]} columns; position {int(src[cached].max())} needs more")
+                raise ValueError(f"conv_block_table has {conv_block_table.shape[1]} columns; position "
+                                 f"{int(src[cached].max())} needs more")
             blocks = conv_block_table[req[cached], logical].long()
             if ((blocks < 0) | (blocks >= nb)).any(): raise ValueError(f"conv_block_table entry out of range [0, {nb})")
             tap[cached] = by_token[blocks, src[cached] % N, :, lanes].float()
@@ -181,7 +185,8 @@ def alloc_kv_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_dim
     if dtype not in KV_CACHE_DTYPES: raise ValueError(f"dtype {dtype} not supported; expected one of {KV_CACHE_DTYPES}")
     if layout not in KV_LAYOUTS: raise ValueError(f"layout {layout!r} not supported; expected one of {KV_LAYOUTS}")
     if min(num_blocks, block_size, num_kv_heads, head_dim) < 1: raise ValueError("cache dimensions must be >= 1")
-    phys = (num_blocks, block_size, num_kv_heads, 2 * head_dim) if layout == "NHD" else (num_blocks, num_kv_heads, block_size, 2 * head_dim)
+    phys = (num_blocks, block_size, num_kv_heads, 2 * head_dim) if layout == "NHD" else (num_blocks, num_kv_heads,
+                                                                                         block_size, 2 * head_dim)
     kv = torch.empty(phys, dtype=torch.uint8, device=device).view(E4M3_DTYPE) if dtype == E4M3_DTYPE \
         else torch.empty(phys, dtype=dtype, device=device)
     if seed is not None: fill_garbage_(kv, seed)
@@ -192,9 +197,11 @@ def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
              k_scale=None, v_scale=None):
     "Store `k, v [T, Hkv, D]` at `slot_mapping` (block·B + offset; negative = skip); fp8 caches store `quantize_e4m3(x, scale)`."
     if k_cache.dtype != v_cache.dtype or k_cache.dtype not in KV_CACHE_DTYPES:
-        raise ValueError(f"k_cache/v_cache dtypes {k_cache.dtype}/{v_cache.dtype}: expected both bf16 or both float8_e4m3fn")
+        raise ValueError(f"k_cache/v_cache dtypes {k_cache.dtype}/{v_cache.dtype}: expected both bf16 or both "
+                         f"float8_e4m3fn")
     if k.shape != v.shape or k.shape[1:] != k_cache.shape[2:] or slot_mapping.shape != k.shape[:1]:
-        raise ValueError(f"k {tuple(k.shape)}, v {tuple(v.shape)}, slot_mapping {tuple(slot_mapping.shape)} do not fit cache {tuple(k_cache.shape)}")
+        raise ValueError(f"k {tuple(k.shape)}, v {tuple(v.shape)}, slot_mapping {tuple(slot_mapping.shape)} do not fit "
+                         f"cache {tuple(k_cache.shape)}")
     fp8 = _is_fp8(k_cache)
     if fp8: k_scale, v_scale = _check_scale('k_scale', k_scale), _check_scale('v_scale', v_scale)
     elif k.dtype != k_cache.dtype or v.dtype != v_cache.dtype:
@@ -224,7 +231,8 @@ def reference_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, po
     Hkv, D, E = geom.num_kv_heads, geom.head_dim, geom.rel_extent
     if qkvr.dtype != torch.bfloat16: raise ValueError(f"qkvr must be bf16, got {qkvr.dtype}")
     if k_cache.dtype != v_cache.dtype or k_cache.dtype not in KV_CACHE_DTYPES:
-        raise ValueError(f"k_cache/v_cache dtypes {k_cache.dtype}/{v_cache.dtype}: expected both bf16 or both float8_e4m3fn")
+        raise ValueError(f"k_cache/v_cache dtypes {k_cache.dtype}/{v_cache.dtype}: expected both bf16 or both "
+                         f"float8_e4m3fn")
     if _is_fp8(k_cache):
         _check_scale('k_scale', k_scale)
         _check_scale('v_scale', v_scale)
@@ -239,7 +247,8 @@ def reference_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, po
     if w.k_conv_w.shape != (Hkv * D, SCONV_WIDTH) or w.v_conv_w.shape != (Hkv * D, SCONV_WIDTH):
         raise ValueError(f"conv weights must be [{Hkv * D}, {SCONV_WIDTH}]")
     if conv_cache.shape[1] != Hkv or conv_cache.shape[3] != geom.conv_width_padded or conv_cache.dtype != torch.bfloat16:
-        raise ValueError(f"conv_cache must be bf16 [nb, {Hkv}, N, {geom.conv_width_padded}], got {conv_cache.dtype} {tuple(conv_cache.shape)}")
+        raise ValueError(f"conv_cache must be bf16 [nb, {Hkv}, N, {geom.conv_width_padded}], got {conv_cache.dtype} "
+                         f"{tuple(conv_cache.shape)}")
     if k_cache.shape[2:] != (Hkv, D):
         raise ValueError(f"k_cache must be [nb, B, {Hkv}, {D}], got {tuple(k_cache.shape)}")
     q_in, k_in, v_in, r = split_qkvr(qkvr, geom)
@@ -263,7 +272,8 @@ def rel_attention_ref(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens,
                       window=None, q_scale=1., k_scale=1., v_scale=1., max_scores: int = 1 << 24) -> torch.Tensor:
     "fp32 `[T, Hq, D]`: causal (optionally windowed) paged attention with the relative bias, on dequantized inputs."
     if torch.get_float32_matmul_precision() != 'highest':
-        raise RuntimeError("rel_attention_ref needs torch.get_float32_matmul_precision() == 'highest' (no TF32/bf16 matmuls)")
+        raise RuntimeError("rel_attention_ref needs torch.get_float32_matmul_precision() == 'highest' (no TF32/bf16 "
+                           "matmuls)")
     T, Hq, D = q.shape
     nb, B, Hkv, Dk = k_cache.shape
     if v_cache.shape != k_cache.shape or Dk != D:
@@ -284,7 +294,8 @@ def rel_attention_ref(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens,
         t0, q_len = cu[b], cu[b + 1] - cu[b]
         if q_len == 0: continue
         if not q_len <= kv_len <= block_table.shape[1] * B:
-            raise ValueError(f"request {b}: need q_len {q_len} <= seq_len {kv_len} <= block_table capacity {block_table.shape[1] * B}")
+            raise ValueError(f"request {b}: need q_len {q_len} <= seq_len {kv_len} <= block_table capacity "
+                             f"{block_table.shape[1] * B}")
         # query rows per chunk (memory bound only)
         rows = max(1, max_scores // (Hq * kv_len))
         for i0 in range(0, q_len, rows):

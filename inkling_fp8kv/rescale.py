@@ -29,12 +29,15 @@ def max_rescale_threshold(max_offset: float = MAX_OFFSET, fp8_max: float = E4M3_
 def check_rescale_threshold(threshold: float, *, max_offset: float = MAX_OFFSET, fp8_max: float = E4M3_MAX,
                             unsafe_threshold: bool = False) -> float:
     "Return `threshold` if it keeps fp8 P unclipped; else raise `ValueError` unless `unsafe_threshold` (experiments only)."
-    if isinstance(threshold, bool) or not (isinstance(threshold, numbers.Real) and math.isfinite(threshold) and threshold >= 0):
+    if isinstance(threshold,
+                  bool) or not (isinstance(threshold, numbers.Real) and math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"rescale threshold must be a finite number >= 0 (log2 units), got {threshold!r}")
     bound = max_rescale_threshold(max_offset, fp8_max)
     if threshold > bound and not unsafe_threshold:
-        raise ValueError(f"rescale threshold {threshold} exceeds the fp8 P bound log2({fp8_max:g}) - {max_offset} = {bound:.4f}: "
-                         f"P could reach 2**{max_offset + threshold:.3f} = {2 ** (max_offset + threshold):.0f} and be clipped "
+        raise ValueError(f"rescale threshold {threshold} exceeds the fp8 P bound log2({fp8_max:g}) - {max_offset} = "
+                         f"{bound:.4f}: "
+                         f"P could reach 2**{max_offset + threshold:.3f} = {2 ** (max_offset + threshold):.0f} and be "
+                         f"clipped "
                          f"to {fp8_max:g}, silently corrupting the output. Use a threshold <= {bound:.4f} "
                          f"(shipped: {SAFE_RESCALE_THRESHOLD}), or pass unsafe_threshold=True for experiments.")
     return float(threshold)
@@ -186,7 +189,8 @@ def _head_inputs(case, h):
     q, k, v, rel = case["q"], case["k"], case["v"], case["rel_logits"]
     hk = h // (q.shape[1] // k.shape[1])
     bias = rel_bias_matrix(rel[:, h], k.shape[0], window=case["window"])
-    return (q[:, h].float() * case["q_scale"], k[:, hk].float() * case["k_scale"], v[:, hk].float() * case["v_scale"], bias)
+    return (q[:, h].float() * case["q_scale"], k[:, hk].float() * case["k_scale"], v[:, hk].float() * case["v_scale"],
+            bias)
 
 def reference_case(case: dict) -> torch.Tensor:
     "Exact softmax attention of a stress case, all heads: float32 [q_len, Hq, D]."

@@ -54,7 +54,8 @@ def _rms_norm_rows(x, w, eps, D: tl.constexpr, SOFT_BF16: tl.constexpr):
 
 # %% ../nbs/04_store.ipynb #32403abb
 @triton.jit
-def _q_load(rows, n_rows, qkvr_ptr, stride_tok, qnw_ptr, tau_ptr, HQ: tl.constexpr, D: tl.constexpr, LOAD_TAU: tl.constexpr):
+def _q_load(rows, n_rows, qkvr_ptr, stride_tok, qnw_ptr, tau_ptr, HQ: tl.constexpr, D: tl.constexpr,
+            LOAD_TAU: tl.constexpr):
     "The rows' q inputs (fp32), the q-norm weight and, with `LOAD_TAU`, tau (else 1)."
     rmask = rows < n_rows
     t = (rows // HQ).to(tl.int64)
@@ -98,7 +99,8 @@ def _rel_tile(rows, n_rows, col0, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_p
     r_row = qkvr_ptr + t * stride_tok + OFF_R + (rows % HQ) * R       # this row's 16-vector r
     kk = tl.arange(0, R)
     if MODE != 0:
-        a = (tl.load(r_row[:, None] + kk[None, :], mask=rmask[:, None], other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+        a = (tl.load(r_row[:, None] + kk[None, :], mask=rmask[:, None], other=0).to(tl.int32) << 16).to(tl.float32,
+                                                                                                        bitcast=True)
     if HAS_TAU:
         tau = tl.load(tau_ptr + t, mask=rmask, other=1.0)
     for j in tl.static_range(E_BLOCKS):
@@ -108,10 +110,12 @@ def _rel_tile(rows, n_rows, col0, qkvr_ptr, stride_tok, rel_ptr, proj_ptr, tau_p
             acc = tl.zeros([rows.shape[0], BLOCK_E], dtype=tl.float32)
             for k in tl.static_range(R):
                 rk = (tl.load(r_row + k, mask=rmask, other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
-                pk = (tl.load(proj_ptr + k * E + cols, mask=cmask, other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+                pk = (tl.load(proj_ptr + k * E + cols, mask=cmask, other=0).to(tl.int32) << 16).to(tl.float32,
+                                                                                                   bitcast=True)
                 acc += rk[:, None] * pk[None, :]
         else:
-            b = (tl.load(proj_ptr + kk[:, None] * E + cols[None, :], mask=cmask[None, :], other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+            b = (tl.load(proj_ptr + kk[:, None] * E + cols[None, :], mask=cmask[None, :],
+                         other=0).to(tl.int32) << 16).to(tl.float32, bitcast=True)
             if MODE == 1:
                 acc = tl.dot(a, b, input_precision="ieee")              # GPU: a sequential FMA chain over k
             elif SOFT_BF16:
@@ -147,7 +151,8 @@ def _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok
             if CACHED:
                 cached = live & (src >= 0) & (row < qstart)             # an earlier forward's input, in the conv cache
                 s = tl.where(cached, src, 0)
-                blk = tl.load(cbt_ptr + req * cbt_stride + s // CONV_N, mask=cached & (s // CONV_N < cbt_cols), other=0).to(tl.int64)
+                blk = tl.load(cbt_ptr + req * cbt_stride + s // CONV_N, mask=cached & (s // CONV_N < cbt_cols),
+                              other=0).to(tl.int64)
                 # compiled in only under TRITON_DEBUG=1: the trusted path's conv metadata checked on the device (notebook 07b)
                 tl.device_assert(~cached | (s // CONV_N < cbt_cols), "conv_block_table too short for a cached conv tap")
                 tl.device_assert((blk >= 0) & (blk < nb_conv), "conv_block_table entry outside [0, num_conv_blocks)")
@@ -172,9 +177,11 @@ def _store_pair(k_dst, v_dst, d, store, k, v):
 @triton.jit
 def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
              conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-             k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots, n_conv_slots, nb_conv,
+             k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots,
+             n_conv_slots, nb_conv,
              D: tl.constexpr, OFF_K: tl.constexpr, OFF_V: tl.constexpr, W: tl.constexpr,
-             CONV_N: tl.constexpr, KV_B: tl.constexpr, C: tl.constexpr, FP8: tl.constexpr, POW2: tl.constexpr, SOFT_BF16: tl.constexpr):
+             CONV_N: tl.constexpr, KV_B: tl.constexpr, C: tl.constexpr, FP8: tl.constexpr, POW2: tl.constexpr,
+             SOFT_BF16: tl.constexpr):
     # issued first, inverted once the other loads are out
     if FP8:
         k_scale = tl.load(k_scale_ptr)
@@ -209,10 +216,12 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
     any_cached = tl.max((live & (pos > 0) & (t - (W - 1) < qstart)).to(tl.int32), axis=0)
     if any_cached > 0:
         kacc, vacc = _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr,
-                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, nb_conv, D, OFF_K, OFF_V, W, CONV_N, C, True)
+                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, nb_conv, D, OFF_K, OFF_V, W,
+                                CONV_N, C, True)
     else:
         kacc, vacc = _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr,
-                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, nb_conv, D, OFF_K, OFF_V, W, CONV_N, C, False)
+                                conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, nb_conv, D, OFF_K, OFF_V, W,
+                                CONV_N, C, False)
     k_conv = _bf16(tl.where(live[:, None], kacc + kx, kx), SOFT_BF16)
     v_conv = _bf16(tl.where(live[:, None], vacc + vx, vx), SOFT_BF16)
     cs = tl.where(live, cslot, 0)                                       # insert the pre-conv inputs, bits unchanged
@@ -233,7 +242,8 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
         elif POW2:                                                      # one uniform branch per program, stores inside
             if ((k_scale.to(tl.int32, bitcast=True) | v_scale.to(tl.int32, bitcast=True)) & 0x7FFFFF) == 0:
                 # both scales powers of two: 1/s is exact and x · (1/s) is the quotient itself, rounded once
-                _store_pair(k_dst, v_dst, d, store, tl_quantize_e4m3(kf32 * k_rcp, True), tl_quantize_e4m3(vf32 * v_rcp, True))
+                _store_pair(k_dst, v_dst, d, store, tl_quantize_e4m3(kf32 * k_rcp, True),
+                            tl_quantize_e4m3(vf32 * v_rcp, True))
             else:
                 _store_pair(k_dst, v_dst, d, store, tl_quantize_e4m3(tl_div_scale_bf16(kf32, k_scale, k_rcp), True),
                             tl_quantize_e4m3(tl_div_scale_bf16(vf32, v_scale, v_rcp), True))
@@ -247,8 +257,10 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
 # %% ../nbs/04_store.ipynb #7f043a74
 @triton.jit(do_not_specialize=["n_slots", "n_conv_slots", "nb_conv"])
 def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, tau_ptr, kcw_ptr, vcw_ptr, knw_ptr, eps,
-                       pos_ptr, seq_ptr, qstart_ptr, conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-                       k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots, n_conv_slots, nb_conv, T,
+                       pos_ptr, seq_ptr, qstart_ptr, conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols,
+                       cslot_ptr,
+                       k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots,
+                       n_conv_slots, nb_conv, T,
                        HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, R: tl.constexpr, E: tl.constexpr,
                        OFF_K: tl.constexpr, OFF_V: tl.constexpr, OFF_R: tl.constexpr, W: tl.constexpr,
                        CONV_N: tl.constexpr, KV_B: tl.constexpr, BLOCK_E: tl.constexpr,
@@ -264,15 +276,19 @@ def _fused_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
         _q_finish(rows, n_q, qx, qw, qtau, tau_ptr, q_ptr, eps, HQ, D, HAS_TAU, True, SOFT_BF16)
     else:                                                               # one (token, kv-head) row: conv, k-norm, store
         tok = tl.full([1], (pid - n_q) // HKV, tl.int32)
-        _kv_rows(tok, T, (pid - n_q) % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
+        _kv_rows(tok, T, (pid - n_q) % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr,
+                 qstart_ptr,
                  conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-                 k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots, n_conv_slots, nb_conv,
+                 k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots,
+                 n_conv_slots, nb_conv,
                  D, OFF_K, OFF_V, W, CONV_N, KV_B, HKV * D, FP8, False, SOFT_BF16)
 
 @triton.jit(do_not_specialize=["n_slots", "n_conv_slots", "nb_conv"])
 def _tiled_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, tau_ptr, kcw_ptr, vcw_ptr, knw_ptr, eps,
-                       pos_ptr, seq_ptr, qstart_ptr, conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-                       k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots, n_conv_slots, nb_conv, T, n_kv, n_rel,
+                       pos_ptr, seq_ptr, qstart_ptr, conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols,
+                       cslot_ptr,
+                       k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots,
+                       n_conv_slots, nb_conv, T, n_kv, n_rel,
                        HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, R: tl.constexpr, E: tl.constexpr,
                        OFF_K: tl.constexpr, OFF_V: tl.constexpr, OFF_R: tl.constexpr, W: tl.constexpr,
                        CONV_N: tl.constexpr, KV_B: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -288,7 +304,8 @@ def _tiled_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
         tok = (idx // HKV) * BLOCK_T + tl.arange(0, BLOCK_T)
         _kv_rows(tok, T, idx % HKV, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
                  conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
-                 k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots, n_conv_slots, nb_conv,
+                 k_ptr, v_ptr, kc_b, kc_t, kc_h, vc_b, vc_t, vc_h, slot_ptr, k_scale_ptr, v_scale_ptr, n_slots,
+                 n_conv_slots, nb_conv,
                  D, OFF_K, OFF_V, W, CONV_N, KV_B, HKV * D, FP8, True, SOFT_BF16)
     else:                                                               # BLOCK_M rows: q (first column block) + logits
         rows = (idx // E_PROGS) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -343,7 +360,8 @@ def _repeats(s: torch.Tensor) -> torch.Tensor:
     srt, order = key.sort(stable=True)
     return torch.zeros(T, dtype=torch.bool, device=s.device).scatter(0, order[1:], srt[1:] == srt[:-1])
 
-def _conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, num_blocks: int, N: int) -> list:
+def _conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, num_blocks: int,
+                     N: int) -> list:
     """Per-token masks of the conv taps read from the cache: table too narrow, `seq_idx` not a row, block id out of range,
     and a cell this same call writes (the taps would race with the insert: the reference reads the cache before it)."""
     T = positions.shape[0]
@@ -377,11 +395,13 @@ def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv
     rows = torch.arange(T, device=slot_mapping.device)
     sl, cs, qs = slot_mapping.long(), conv_slot_mapping.long(), query_start.long()
     masks = [sl >= num_slots, _repeats(sl), cs >= num_conv_blocks * N, _repeats(cs), (qs < 0) | (qs > rows),
-             *_conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, num_conv_blocks, N)]
+             *_conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, num_conv_blocks,
+                               N)]
     tensors = {n: s for n, s in scales.items() if isinstance(s, torch.Tensor)}
     if T == 0 and not tensors: return
     parts = [torch.stack([first_true(m) for m in masks])]
-    parts += [s.detach().reshape(1).to(device=slot_mapping.device, dtype=torch.float32).view(torch.int32).long() for s in tensors.values()]
+    parts += [s.detach().reshape(1).to(device=slot_mapping.device,
+                                       dtype=torch.float32).view(torch.int32).long() for s in tensors.values()]
     got = torch.cat(parts).tolist()                                          # the one host sync
     for name, bits in zip(tensors, got[len(masks):]):
         check_scale_range(name, scale_value(name, struct.unpack("<f", struct.pack("<i", bits))[0]))
@@ -390,29 +410,37 @@ def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv
     k = next(i for i, f in enumerate(first) if f >= 0)
     t = first[k]
     if k in (0, 1, 2, 3):
-        name, s, cap = (("slot_mapping", slot_mapping, num_slots), ("conv_slot_mapping", conv_slot_mapping, num_conv_blocks * N))[k // 2]
+        name, s, cap = (("slot_mapping", slot_mapping, num_slots),
+                        ("conv_slot_mapping", conv_slot_mapping, num_conv_blocks * N))[k // 2]
         v = s.tolist()
         if k % 2 == 0: raise ValueError(f"{name}[{t}] = {v[t]}: must hold distinct slots < {cap} (or negative to skip)")
-        raise ValueError(f"{name}[{t}] = {v[t]} repeats {name}[{next(j for j, x in enumerate(v) if x == v[t] and j != t)}]: "
+        raise ValueError(f"{name}[{t}] = {v[t]} repeats "
+                         f"{name}[{next(j for j, x in enumerate(v) if x == v[t] and j != t)}]: "
                          f"must hold distinct slots < {cap} (or negative to skip)")
     if k == 4:
-        raise ValueError(f"query_start[{t}] = {int(query_start[t])}: must lie in [0, {t}] (the first row of token {t}'s request in this batch)")
+        raise ValueError(f"query_start[{t}] = {int(query_start[t])}: must lie in [0, {t}] (the first row of token "
+                         f"{t}'s request in this batch)")
     p, r = int(positions[t]), int(seq_idx[t])
-    if k == 5: raise ValueError(f"conv_block_table has {conv_block_table.shape[1]} columns; token {t} (position {p}) reads a conv tap from the cache "
+    if k == 5: raise ValueError(f"conv_block_table has {conv_block_table.shape[1]} columns; token {t} (position {p}) "
+                                f"reads a conv tap from the cache "
                                 f"at a position that needs more (conv block size {N})")
     if k == 6:
-        raise ValueError(f"seq_idx[{t}] = {r} is not a row of conv_block_table, [0, {conv_block_table.shape[0]}), and token {t} reads conv taps from the cache")
+        raise ValueError(f"seq_idx[{t}] = {r} is not a row of conv_block_table, [0, {conv_block_table.shape[0]}), and "
+                         f"token {t} reads conv taps from the cache")
     if k == 7:
         row = conv_block_table[r].tolist()
         c, v = next((c, v) for c, v in enumerate(row) if not 0 <= v < num_conv_blocks)
-        raise ValueError(f"conv_block_table[{r}, {c}] = {v} is not a block of the conv cache, [0, {num_conv_blocks}) (read by token {t}'s conv taps)")
+        raise ValueError(f"conv_block_table[{r}, {c}] = {v} is not a block of the conv cache, [0, {num_conv_blocks}) "
+                         f"(read by token {t}'s conv taps)")
     cs, qs, row = conv_slot_mapping.tolist(), int(query_start[t]), conv_block_table[r].tolist()
     taps = [p - (SCONV_WIDTH - 1) + i for i in range(SCONV_WIDTH - 1) if p - (SCONV_WIDTH - 1) + i >= 0 and t - (SCONV_WIDTH - 1) + i < qs]
     # the cached tap whose cell is written here
     src = next(s for s in taps if row[s // N] * N + s % N in cs)
     cell = row[src // N] * N + src % N
-    raise ValueError(f"token {t} (position {p}, query_start[{t}] = {qs}) reads its conv tap at position {src} from the conv cache, cell {cell} "
-                     f"(conv_block_table[{r}, {src // N}] = {row[src // N]}), which conv_slot_mapping[{cs.index(cell)}] writes in the same call: "
+    raise ValueError(f"token {t} (position {p}, query_start[{t}] = {qs}) reads its conv tap at position {src} from the "
+                     f"conv cache, cell {cell} "
+                     f"(conv_block_table[{r}, {src // N}] = {row[src // N]}), which "
+                     f"conv_slot_mapping[{cs.index(cell)}] writes in the same call: "
                      f"the taps would race with the insert; positions, query_start and the conv metadata disagree")
 
 # %% ../nbs/04_store.ipynb #5c7e5d0d
@@ -470,7 +498,8 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
         raise ValueError(f"qkvr must be [T, {geom.qkvr_width}] for this geometry, got {tuple(qkvr.shape)}")
     if D != 128 or R != 16: raise ValueError(f"the prep kernels need head_dim 128 and d_rel 16, got {D} and {R}")
     if k_cache.dtype != v_cache.dtype or k_cache.dtype not in KV_CACHE_DTYPES:
-        raise ValueError(f"k_cache/v_cache dtypes {k_cache.dtype}/{v_cache.dtype}: expected both bf16 or both float8_e4m3fn")
+        raise ValueError(f"k_cache/v_cache dtypes {k_cache.dtype}/{v_cache.dtype}: expected both bf16 or both "
+                         f"float8_e4m3fn")
     fp8 = k_cache.dtype == E4M3_DTYPE
     if fp8: ks, vs = _scale_arg('k_scale', k_scale, dev), _scale_arg('v_scale', v_scale, dev)
     for name, t in dict(positions=positions, seq_idx=seq_idx, query_start=query_start,
@@ -484,17 +513,21 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
         if tau.shape != (T,): raise ValueError(f"tau must be [{T}], got {tuple(tau.shape)}")
     _check_prep_weights(w, geom)
     if conv_cache.dim() != 4 or conv_cache.shape[1] != Hkv or conv_cache.shape[3] != geom.conv_width_padded or conv_cache.dtype != torch.bfloat16:
-        raise ValueError(f"conv_cache must be bf16 [nb, {Hkv}, N, {geom.conv_width_padded}], got {conv_cache.dtype} {tuple(conv_cache.shape)}")
+        raise ValueError(f"conv_cache must be bf16 [nb, {Hkv}, N, {geom.conv_width_padded}], got {conv_cache.dtype} "
+                         f"{tuple(conv_cache.shape)}")
     if k_cache.dim() != 4 or k_cache.shape[2:] != (Hkv, D) or v_cache.shape != k_cache.shape:
-        raise ValueError(f"k_cache and v_cache must be [nb, B, {Hkv}, {D}], got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+        raise ValueError(f"k_cache and v_cache must be [nb, B, {Hkv}, {D}], got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
     if conv_block_table.dim() != 2:
         raise ValueError(f"conv_block_table must be 2-D, got {tuple(conv_block_table.shape)}")
     for name, t in dict(qkvr=qkvr, conv_cache=conv_cache, k_cache=k_cache, v_cache=v_cache).items():
         if t.stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride along its last dim, got strides {t.stride()}")
     on_dev = dict(positions=positions, seq_idx=seq_idx, query_start=query_start, conv_cache=conv_cache,
-                  conv_block_table=conv_block_table, conv_slot_mapping=conv_slot_mapping, k_cache=k_cache, v_cache=v_cache,
-                  slot_mapping=slot_mapping, tau=tau, **{f"w.{f}": getattr(w, f) for f in ('k_conv_w', 'v_conv_w', 'q_norm_w', 'k_norm_w', 'rel_proj')})
+                  conv_block_table=conv_block_table, conv_slot_mapping=conv_slot_mapping, k_cache=k_cache,
+                  v_cache=v_cache,
+                  slot_mapping=slot_mapping, tau=tau,
+                  **{f"w.{f}": getattr(w, f) for f in ('k_conv_w', 'v_conv_w', 'q_norm_w', 'k_norm_w', 'rel_proj')})
     for name, t in on_dev.items():
         if t is not None and t.device != dev:
             raise ValueError(f"{name} is on {t.device} but qkvr on {dev}: all inputs must share one device")
@@ -523,7 +556,8 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
             conv_block_table.stride(0), conv_block_table.shape[1], conv_slot_mapping,
             k_arg, v_arg, *k_cache.stride()[:3], *v_cache.stride()[:3], slot_mapping, ks_arg, vs_arg,
             k_cache.shape[0] * k_cache.shape[1], nb_conv * N, nb_conv)
-    consts = dict(D=D, OFF_K=o['k'], OFF_V=o['v'], W=SCONV_WIDTH, CONV_N=N, KV_B=k_cache.shape[1], FP8=fp8, SOFT_BF16=soft)
+    consts = dict(D=D, OFF_K=o['k'], OFF_V=o['v'], W=SCONV_WIDTH, CONV_N=N, KV_B=k_cache.shape[1], FP8=fp8,
+                  SOFT_BF16=soft)
     path = force_path or ('fused' if T < small_token_threshold else 'tiled')
     if path == 'fused':
         c = cfg['fused']

@@ -28,8 +28,8 @@ def quantize_query(q: torch.Tensor, q_scale, *, validate: bool = True) -> torch.
 # %% ../nbs/05_descale.ipynb #4c60fae6
 def fold_descales(softmax_scale, q_scale, k_scale) -> float:
     "`softmax_scale · q_scale · k_scale`: the softmax scale for fp8 q·k; each factor finite and > 0."
-    return scale_value('softmax_scale', softmax_scale) * scale_value('q_scale', q_scale) * scale_value('k_scale',
-                                                                                                       k_scale)
+    return (scale_value('softmax_scale', softmax_scale) * scale_value('q_scale', q_scale)
+            * scale_value('k_scale', k_scale))
 
 def apply_v_scale(out: torch.Tensor, v_scale, inplace: bool = False) -> torch.Tensor:
     "The V descale on the attention output: `out · v_scale` (attention is linear in V); in place if `inplace`."

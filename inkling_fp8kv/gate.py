@@ -55,8 +55,9 @@ def _bf16_backends(cap, platform):
 
 # %% ../nbs/02_gate.ipynb #c41a9700
 def parse_capability(capability) -> tuple:
-    "`(major, minor)` from a `(major, minor)` pair of ints (major 1–20, minor 0–9) or the int form `10·major + minor` (90); else ValueError."
-    forms = "a (major, minor) pair of ints with major in 1..20 and minor in 0..9, or an int like 90 (= 10*major + minor)"
+    "`(major, minor)` from a pair of ints (major 1–20, minor 0–9) or the int form `10·major + minor` (90); else ValueError."
+    forms = ("a (major, minor) pair of ints with major in 1..20 and minor in 0..9, "
+             "or an int like 90 (= 10*major + minor)")
     if is_int(capability):
         if not 10 <= capability <= 209: raise ValueError(f"capability {capability!r} is out of range: expected {forms}")
         return divmod(int(capability), 10)
@@ -69,7 +70,7 @@ def parse_capability(capability) -> tuple:
 
 # %% ../nbs/02_gate.ipynb #fd7e90ec
 def _norm_capability(capability, platform):
-    "The `(major, minor)` backends are chosen by: parsed strictly when given, the GPU's own on CUDA when not, None on the CPU."
+    "The `(major, minor)` backends are chosen by: parsed strictly if given, the GPU's own on CUDA if not, None on CPU."
     if capability is not None: cap = parse_capability(capability)
     elif platform == "cuda":
         if not torch.cuda.is_available():
@@ -91,13 +92,14 @@ def resolve_kv_cache_dtype(kv_cache_dtype: str, *, capability=None, platform: st
     if not (fp8 or s in ("auto", "bfloat16") or (s == "float16" and platform == "rocm")):
         # names vLLM may add later in these families are refused the same way (never run with wrong numerics)
         # (vLLM's names are lower-case identifiers: 'fp8 ' or 'fp8-e4m3' is a typo, not a format)
-        family = re.fullmatch(r"[a-z0-9_]+",
-                              s) and s.startswith(("fp8", "int8", "int4", "nvfp4", "turboquant", "ultraquant", "mxfp"))
+        family = re.fullmatch(r"[a-z0-9_]+", s) and s.startswith(("fp8", "int8", "int4", "nvfp4", "turboquant",
+                                                                  "ultraquant", "mxfp"))
         if s in KNOWN_UNSUPPORTED_KV_CACHE_DTYPES or family:
             raise NotImplementedError(f"kv_cache_dtype={s!r} is not supported for Inkling: the store clamp and kernels "
                                       f"are per-tensor e4m3 only. "
                                       f"Supported: {supported}")
-        hint = f" (strings are matched exactly, as vLLM's --kv-cache-dtype choices: did you mean {s.strip().lower()!r}?)" \
+        hint = f" (strings are matched exactly, as vLLM's --kv-cache-dtype choices: " \
+               f"did you mean {s.strip().lower()!r}?)" \
             if s.strip().lower() in SUPPORTED_KV_CACHE_DTYPES + KNOWN_UNSUPPORTED_KV_CACHE_DTYPES else ""
         raise ValueError(f"unknown kv_cache_dtype {s!r}; supported: {supported}{hint}")
     if fp8 and platform == "rocm":
@@ -128,8 +130,8 @@ CAPABILITIES = {"SM75 (Turing)": (7, 5), "SM80 (A100)": (8, 0), "SM86 (A10)": (8
 def capability_table(dtypes=("bfloat16", "fp8")) -> list:
     "One row per capability (and ROCm, CPU): the backends `auto` would try for each dtype, or the error type."
     rows = []
-    targets = [(k, dict(capability=v)) for k,
-               v in CAPABILITIES.items()] + [("ROCm (gfx950)", dict(capability=(9, 5), platform="rocm")),
+    targets = [(k, dict(capability=v)) for k, v in CAPABILITIES.items()] + [("ROCm (gfx950)",
+                                                                             dict(capability=(9, 5), platform="rocm")),
                                                                            ("CPU (interpreter)", dict(platform="cpu"))]
     for label, kw in targets:
         row = {"target": label}

@@ -56,7 +56,8 @@ def scale_value(name: str, scale) -> float:
     try: v = float(scale)
     except OverflowError: v = math.inf                 # an int past float64's range
     if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be finite and > 0, got {v} (a scale is a dequant multiplier: stored = x / scale)")
+        raise ValueError(f"{name} must be finite and > 0, got {v} "
+                         f"(a scale is a dequant multiplier: stored = x / scale)")
     v32 = _fp32(v)
     if not (math.isfinite(v32) and v32 > 0):
         raise ValueError(f"{name} must be finite and > 0 in fp32, the dtype of the scale buffers and kernels: "
@@ -75,7 +76,7 @@ def check_scale_range(name: str, s: float) -> float:
     return s
 
 def quantize_e4m3(x: torch.Tensor, scale=1.0) -> torch.Tensor:
-    "e4m3(clamp(x / scale, ±448)), round-to-nearest-even, NaN kept (canonical 0x7F); `scale` finite, > 0 and within SCALE_RANGE."
+    "e4m3(clamp(x / scale, ±448)), RNE, NaN kept (canonical 0x7F); `scale` finite, > 0 and within SCALE_RANGE."
     s = _as_scale(scale)
     check_scale_range("scale", float(s))                # what the store kernels accept, float or tensor alike
     s = s.to(x.device)
@@ -107,7 +108,7 @@ def _grid_quantize(y: torch.Tensor) -> torch.Tensor:
 # %% ../nbs/00_numerics.ipynb #ef284b92
 @triton.jit
 def tl_quantize_e4m3(y, NATIVE: tl.constexpr = False):
-    "Triton device function: fp32 -> e4m3 byte (uint8), clamp ±448, RNE, NaN -> 0x7F. Bit-identical to `quantize_e4m3` (`NATIVE`: on a GPU only)."
+    "Triton device fn: fp32 -> e4m3 byte (uint8), clamp ±448, RNE, NaN -> 0x7F; bit-identical to `quantize_e4m3` (`NATIVE`: GPU only)."
     if NATIVE:                                # cvt.rn.satfinite: RNE, saturates at ±448, NaN -> 0x7F, all by itself
         return y.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     isnan = y != y
@@ -125,7 +126,7 @@ def tl_quantize_e4m3(y, NATIVE: tl.constexpr = False):
 # %% ../nbs/00_numerics.ipynb #deed0f57
 @triton.jit
 def tl_rcp_scale(s):
-    "Triton device function (GPU only): fp32 `RN(1/s)` for `s` in SCALE_RANGE, branch-free: the hardware's approximate reciprocal and two Newton steps."
+    "Triton device fn (GPU only): fp32 `RN(1/s)` for `s` in SCALE_RANGE, branch-free: hardware approx. reciprocal + 2 Newton steps."
     y = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [s], dtype=tl.float32, is_pure=True, pack=1)
     ns = s * -1.0
     y = tl.fma(tl.fma(ns, y, 1.0), y, y)         # y + y·(1 − s·y), twice
@@ -146,7 +147,7 @@ def tl_div_scale(x, s, y):
 
 @triton.jit
 def tl_div_scale_bf16(x, s, y):
-    "Triton device function (GPU only): fp32 `RN(x / s)` for `x` holding a bf16 value (8 significant bits), from `y = RN(1/s)`: a product and one FMA correction."
+    "Triton device fn (GPU only): fp32 `RN(x / s)` for a bf16-valued `x` (8 bits), from `y = RN(1/s)`: a product + one FMA correction."
     q0 = x * y
     q1 = tl.fma(tl.fma(q0, s, x * -1.0), y * -1.0, q0)
     return tl.where(tl.abs(q0) < 1024.0, q1, q0)
@@ -180,7 +181,7 @@ def _quantize_kernel(x_ptr, out_ptr, scale_ptr, n, BLOCK: tl.constexpr, NATIVE: 
 
 # %% ../nbs/00_numerics.ipynb #705f3e1a
 def quantize_e4m3_triton(x: torch.Tensor, scale=1.0, native: bool = False) -> torch.Tensor:
-    "`quantize_e4m3` by a Triton kernel: IEEE divide + `tl_quantize_e4m3` (GPU or interpreter), or with `native=True` (GPU only) the store's GPU path, `tl_div_scale` (`tl_div_scale_bf16` for bf16 `x`) + the hardware cast."
+    "`quantize_e4m3` in Triton: divide + `tl_quantize_e4m3`; `native=True` (GPU): the store's `tl_div_scale(_bf16)` + hw cast."
     if triton_target() is None:
         raise RuntimeError("no Triton target: need a CUDA GPU or TRITON_INTERPRET=1 set before import")
     if native and triton_target() != "cuda":

@@ -46,7 +46,7 @@ def split_qkvr(qkvr: torch.Tensor, geom: RankGeometry):
     return q, k, v, r
 
 def rel_project(r: torch.Tensor, proj: torch.Tensor) -> torch.Tensor:
-    "bf16 `[T, Hq, E]` = `r [T,Hq,16] @ proj [16,E]`: exact fp32 products summed over d = 0..15 in fp32, one bf16 rounding."
+    "bf16 `[T,Hq,E]` = `r [T,Hq,16] @ proj [16,E]`: exact fp32 products summed over d=0..15 in fp32, one bf16 rounding."
     if r.shape[-1] != proj.shape[0]: raise ValueError(f"r's last dim {r.shape[-1]} != proj's first dim {proj.shape[0]}")
     rf, pf = r.float(), proj.float()
     acc = torch.zeros(*r.shape[:-1], proj.shape[1], dtype=torch.float32, device=r.device)
@@ -116,7 +116,7 @@ def gather_conv(conv_cache: torch.Tensor, block_row, num_tokens: int) -> torch.T
 
 # %% ../nbs/03_reference.ipynb #f55db62d
 def short_conv_dense(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    "Oracle: causal depthwise conv with residual over one whole sequence `x [L, C]`, `w [C, 4]`; fp32, one bf16 rounding."
+    "Oracle: causal depthwise conv + residual over one whole sequence `x [L, C]`, `w [C, 4]`; fp32, one bf16 rounding."
     L, W = x.shape[0], w.shape[1]
     xf, wf = x.float(), w.float()
     acc = torch.zeros_like(xf)
@@ -128,7 +128,7 @@ def short_conv_dense(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def sconv_paged(x: torch.Tensor, w: torch.Tensor, conv_cache: torch.Tensor, lane_offset: int, *, positions, seq_idx,
                 query_start, conv_block_table, conv_slot_mapping) -> torch.Tensor:
-    "Paged causal conv + residual of `x [T, C]` over a flattened batch; inserts `x` into `conv_cache` lanes `[lane_offset, +C/Hkv)`."
+    "Paged causal conv + residual of `x [T, C]` (flattened batch); inserts `x` in `conv_cache` lanes `[lane_offset, +C/Hkv)`."
     T, C = x.shape
     nb, H, N, D_pad = conv_cache.shape
     W = w.shape[1]
@@ -195,7 +195,7 @@ def alloc_kv_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_dim
 
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
              k_scale=None, v_scale=None):
-    "Store `k, v [T, Hkv, D]` at `slot_mapping` (block·B + offset; negative = skip); fp8 caches store `quantize_e4m3(x, scale)`."
+    "Store `k, v [T, Hkv, D]` at `slot_mapping` (block·B + offset; < 0: skip); fp8 caches store `quantize_e4m3(x, scale)`."
     if k_cache.dtype != v_cache.dtype or k_cache.dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"k_cache/v_cache dtypes {k_cache.dtype}/{v_cache.dtype}: expected both bf16 or both "
                          f"float8_e4m3fn")
@@ -216,7 +216,7 @@ def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         else: cache[blk, off] = x[keep]
 
 def gather_kv(cache: torch.Tensor, block_row, num_tokens: int, start: int = 0) -> torch.Tensor:
-    "Positions `[start, num_tokens)` of one request, read through its block-table row: `[num_tokens - start, Hkv, D]`, cache dtype."
+    "Positions `[start, num_tokens)` of one request, via its block-table row: `[num_tokens - start, Hkv, D]`, cache dtype."
     B = cache.shape[1]
     pos = torch.arange(start, num_tokens, device=cache.device)
     blocks = torch.as_tensor(block_row, device=cache.device).long()[pos // B]
@@ -246,7 +246,8 @@ def reference_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, po
         raise ValueError(f"rel_proj must be [{geom.d_rel}, {E}], got {tuple(w.rel_proj.shape)}")
     if w.k_conv_w.shape != (Hkv * D, SCONV_WIDTH) or w.v_conv_w.shape != (Hkv * D, SCONV_WIDTH):
         raise ValueError(f"conv weights must be [{Hkv * D}, {SCONV_WIDTH}]")
-    if conv_cache.shape[1] != Hkv or conv_cache.shape[3] != geom.conv_width_padded or conv_cache.dtype != torch.bfloat16:
+    if (conv_cache.shape[1] != Hkv or conv_cache.shape[3] != geom.conv_width_padded
+            or conv_cache.dtype != torch.bfloat16):
         raise ValueError(f"conv_cache must be bf16 [nb, {Hkv}, N, {geom.conv_width_padded}], got {conv_cache.dtype} "
                          f"{tuple(conv_cache.shape)}")
     if k_cache.shape[2:] != (Hkv, D):

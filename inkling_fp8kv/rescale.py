@@ -28,9 +28,9 @@ def max_rescale_threshold(max_offset: float = MAX_OFFSET, fp8_max: float = E4M3_
 
 def check_rescale_threshold(threshold: float, *, max_offset: float = MAX_OFFSET, fp8_max: float = E4M3_MAX,
                             unsafe_threshold: bool = False) -> float:
-    "Return `threshold` if it keeps fp8 P unclipped; else raise `ValueError` unless `unsafe_threshold` (experiments only)."
-    if isinstance(threshold,
-                  bool) or not (isinstance(threshold, numbers.Real) and math.isfinite(threshold) and threshold >= 0):
+    "Return `threshold` if fp8 P stays unclipped; else raise `ValueError` unless `unsafe_threshold` (experiments only)."
+    if isinstance(threshold, bool) or not (isinstance(threshold, numbers.Real) and math.isfinite(threshold)
+                                           and threshold >= 0):
         raise ValueError(f"rescale threshold must be a finite number >= 0 (log2 units), got {threshold!r}")
     bound = max_rescale_threshold(max_offset, fp8_max)
     if threshold > bound and not unsafe_threshold:
@@ -45,7 +45,7 @@ def check_rescale_threshold(threshold: float, *, max_offset: float = MAX_OFFSET,
 # %% ../nbs/06_rescale_bound.ipynb #afa06561
 @triton.jit
 def lazy_rescale_max(m_i, m_tile, threshold):
-    "`(m_new, m_safe, moved)`: the row max moves only past `threshold` (log2 units) or from -inf; `m_safe` reads -inf as 0."
+    "`(m_new, m_safe, moved)`: the row max moves only past `threshold` (log2) or from -inf; `m_safe` reads -inf as 0."
     m_cand = tl.maximum(m_i, m_tile)
     moved = (m_cand > m_i + threshold) | (m_i == float("-inf"))
     m_new = tl.where(moved, m_cand, m_i)
@@ -67,7 +67,7 @@ def _check_head_inputs(q, k, v, bias):
 def emulate_online_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, *,
                            softmax_scale: float, block_n: int = 64, threshold: float = SAFE_RESCALE_THRESHOLD,
                            max_offset: float = MAX_OFFSET, p_dtype: str = "e4m3", rowsum: str = "mma"):
-    "Tiled online softmax with lazy rescale and e4m3 (or bf16) P, as the kernels run it, for one head: `(out fp32 [Lq, D], stats)`."
+    "Tiled online softmax, lazy rescale, e4m3 (or bf16) P, as the kernels run it, for one head: `(out fp32 [Lq, D], stats)`."
     _check_head_inputs(q, k, v, bias)
     if p_dtype not in _P_DTYPES: raise ValueError(f"p_dtype must be one of {_P_DTYPES}, got {p_dtype!r}")
     if rowsum not in _ROWSUMS: raise ValueError(f"rowsum must be one of {_ROWSUMS}, got {rowsum!r}")

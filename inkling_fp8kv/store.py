@@ -10,7 +10,8 @@ import math, struct
 import torch
 import triton
 import triton.language as tl
-from .numerics import E4M3_DTYPE, check_scale_range, scale_value, tl_quantize_e4m3, tl_div_scale_bf16, tl_rcp_scale, triton_target
+from .numerics import (E4M3_DTYPE, check_scale_range, scale_value, tl_quantize_e4m3, tl_div_scale_bf16,
+                                    tl_rcp_scale, triton_target)
 from .config import RankGeometry
 from .reference import PrepWeights, SCONV_WIDTH, KV_CACHE_DTYPES
 from .batch import first_true
@@ -46,7 +47,7 @@ def _bf16(x, SOFT_BF16: tl.constexpr):
 
 @triton.jit
 def _rms_norm_rows(x, w, eps, D: tl.constexpr, SOFT_BF16: tl.constexpr):
-    "bf16 bits of `x · (1/sqrt(mean(x²) + eps)) · w` per row of fp32 `x [R, D]` (`w` broadcasts to it); the sum of squares is order-free."
+    "bf16 bits of `x · (1/sqrt(mean(x²) + eps)) · w` per row of fp32 `x [R, D]` (`w` broadcasts); order-free sum of squares."
     ss = tl.sum((x * x).to(tl.float64), axis=1)                 # exact squares, exact fp64 sum, one rounding
     ms = ss.to(tl.float32) * (1.0 / D)                          # D = 128: exact
     inv = tl.math.div_rn(tl.full(ms.shape, 1.0, tl.float32), tl.sqrt_rn(ms + eps))
@@ -137,7 +138,7 @@ def _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok
     kacc = tl.zeros_like(kx)
     vacc = tl.zeros_like(vx)
     # tap-major weights [W, C], read at the tile's own shape: each lane gets its channels' weights in the layout of its
-    # activations (a [1, D] read of the [C, W] weights would land in another layout and cost a shared-memory exchange per tap)
+    # activations (a [1, D] read of the [C, W] weights would land in another layout: a shared-memory exchange per tap)
     wrow = ch + tl.zeros_like(t).to(tl.int32)[:, None]
     for i in tl.static_range(W):                                        # tap i reads x[p - 3 + i]
         if i == W - 1:
@@ -153,7 +154,7 @@ def _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok
                 s = tl.where(cached, src, 0)
                 blk = tl.load(cbt_ptr + req * cbt_stride + s // CONV_N, mask=cached & (s // CONV_N < cbt_cols),
                               other=0).to(tl.int64)
-                # compiled in only under TRITON_DEBUG=1: the trusted path's conv metadata checked on the device (notebook 07b)
+                # compiled in only under TRITON_DEBUG=1: the trusted path's conv metadata checked on device (notebook 07b)
                 tl.device_assert(~cached | (s // CONV_N < cbt_cols), "conv_block_table too short for a cached conv tap")
                 tl.device_assert((blk >= 0) & (blk < nb_conv), "conv_block_table entry outside [0, num_conv_blocks)")
                 cell = conv_ptr + blk * cv_b + h * cv_h + (s % CONV_N) * cv_n
@@ -318,8 +319,8 @@ def _tiled_prep_kernel(qkvr_ptr, stride_tok, q_ptr, rel_ptr, qnw_ptr, proj_ptr, 
 
 # %% ../nbs/04_store.ipynb #7f5228c7
 def _scale_arg(name: str, scale, device) -> torch.Tensor:
-    """A per-tensor scale as a 1-element fp32 tensor on `device` (the kernels load it). A float is checked here (host data);
-    a tensor's value only by `_check_prep_metadata`, on the validated path (reading it is a host sync)."""
+    """A per-tensor scale as a 1-element fp32 tensor on `device` (the kernels load it). A float is checked here
+    (host data); a tensor's value only by `_check_prep_metadata`, on the validated path (reading it is a host sync)."""
     if scale is None: raise ValueError(f"{name} is required for an fp8 (float8_e4m3fn) cache")
     if isinstance(scale, torch.Tensor):
         if scale.numel() != 1: raise ValueError(f"{name} must be a per-tensor scalar, got shape {tuple(scale.shape)}")
@@ -330,9 +331,9 @@ def _scale_arg(name: str, scale, device) -> torch.Tensor:
 
 
 def _tap_major(wc: torch.Tensor) -> torch.Tensor:
-    """Conv weights `[C, W]` as tap-major bf16 bits `[W, C]`, cached while their storage, shape and version stay the same.
-    The copy is kept on the tensor that owns the storage: callers often pass a fresh view of a parameter on every call
-    (vLLM's `weight.squeeze(1)`), and views share their base's version counter."""
+    """Conv weights `[C, W]` as tap-major bf16 bits `[W, C]`, cached while their storage, shape and version stay
+    the same. The copy is kept on the tensor that owns the storage: callers often pass a fresh view of a parameter
+    on every call (vLLM's `weight.squeeze(1)`), and views share their base's version counter."""
     owner = wc if wc._base is None else wc._base
     try: ver = wc._version
     except RuntimeError: ver = None                                     # inference-mode tensors keep no version counter
@@ -362,8 +363,9 @@ def _repeats(s: torch.Tensor) -> torch.Tensor:
 
 def _conv_tap_checks(positions, seq_idx, query_start, conv_block_table, conv_slot_mapping, num_blocks: int,
                      N: int) -> list:
-    """Per-token masks of the conv taps read from the cache: table too narrow, `seq_idx` not a row, block id out of range,
-    and a cell this same call writes (the taps would race with the insert: the reference reads the cache before it)."""
+    """Per-token masks of the conv taps read from the cache: table too narrow, `seq_idx` not a row, block id out of
+    range, and a cell this same call writes (the taps would race with the insert: the reference reads the cache
+    before it)."""
     T = positions.shape[0]
     rows = torch.arange(T, device=positions.device)
     pos, qs, req, cs = positions.long(), query_start.long(), seq_idx.long(), conv_slot_mapping.long()
@@ -400,8 +402,8 @@ def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv
     tensors = {n: s for n, s in scales.items() if isinstance(s, torch.Tensor)}
     if T == 0 and not tensors: return
     parts = [torch.stack([first_true(m) for m in masks])]
-    parts += [s.detach().reshape(1).to(device=slot_mapping.device,
-                                       dtype=torch.float32).view(torch.int32).long() for s in tensors.values()]
+    parts += [s.detach().reshape(1).to(device=slot_mapping.device, dtype=torch.float32).view(torch.int32).long()
+              for s in tensors.values()]
     got = torch.cat(parts).tolist()                                          # the one host sync
     for name, bits in zip(tensors, got[len(masks):]):
         check_scale_range(name, scale_value(name, struct.unpack("<f", struct.pack("<i", bits))[0]))
@@ -433,7 +435,8 @@ def _check_prep_metadata(positions, seq_idx, query_start, conv_block_table, conv
         raise ValueError(f"conv_block_table[{r}, {c}] = {v} is not a block of the conv cache, [0, {num_conv_blocks}) "
                          f"(read by token {t}'s conv taps)")
     cs, qs, row = conv_slot_mapping.tolist(), int(query_start[t]), conv_block_table[r].tolist()
-    taps = [p - (SCONV_WIDTH - 1) + i for i in range(SCONV_WIDTH - 1) if p - (SCONV_WIDTH - 1) + i >= 0 and t - (SCONV_WIDTH - 1) + i < qs]
+    taps = [p - (SCONV_WIDTH - 1) + i for i in range(SCONV_WIDTH - 1)
+            if p - (SCONV_WIDTH - 1) + i >= 0 and t - (SCONV_WIDTH - 1) + i < qs]
     # the cached tap whose cell is written here
     src = next(s for s in taps if row[s // N] * N + s % N in cs)
     cell = row[src // N] * N + src % N
@@ -471,7 +474,7 @@ def _check_prep_weights(w: PrepWeights, geom: RankGeometry):
             raise ValueError(f"w.{name} must be bf16, got {getattr(w, name).dtype}")
 
 def prep_launch(geom: RankGeometry, num_tokens: int, *, small_token_threshold: int = SMALL_TOKEN_THRESHOLD) -> tuple:
-    "Which kernel `qkvr_prep` launches for `num_tokens` tokens, with the integers it passes that vary per batch: `('fused', T)` or `('tiled', T, n_kv, n_rel)`."
+    "The kernel `qkvr_prep` launches for `num_tokens` tokens, with its per-batch integers: `('fused', T)` or `('tiled', T, n_kv, n_rel)`."
     target = triton_target()
     if target is None:
         raise RuntimeError("prep_launch needs a Triton target: a CUDA GPU, or TRITON_INTERPRET=1 set before import")
@@ -486,7 +489,7 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
               tau=None, eps: float = 1e-6, k_scale=None, v_scale=None,
               small_token_threshold: int = SMALL_TOKEN_THRESHOLD, force_path: str | None = None,
               configs: dict | None = None, validate: bool = True):
-    "Triton prep: returns `(q [T,Hq,128], rel_logits [T,Hq,E])` bf16; writes the conv cache and the (bf16 or e4m3) K/V cache."
+    "Triton prep: returns `(q [T,Hq,128], rel_logits [T,Hq,E])` bf16; writes the conv cache and the bf16/e4m3 K/V cache."
     target = triton_target()
     if target is None:
         raise RuntimeError("qkvr_prep needs a Triton target: a CUDA GPU, or TRITON_INTERPRET=1 set before import")
@@ -512,7 +515,8 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
             raise ValueError("tau (log scaling) applies to global layers only; pass tau=None for a local layer")
         if tau.shape != (T,): raise ValueError(f"tau must be [{T}], got {tuple(tau.shape)}")
     _check_prep_weights(w, geom)
-    if conv_cache.dim() != 4 or conv_cache.shape[1] != Hkv or conv_cache.shape[3] != geom.conv_width_padded or conv_cache.dtype != torch.bfloat16:
+    if (conv_cache.dim() != 4 or conv_cache.shape[1] != Hkv or conv_cache.shape[3] != geom.conv_width_padded
+            or conv_cache.dtype != torch.bfloat16):
         raise ValueError(f"conv_cache must be bf16 [nb, {Hkv}, N, {geom.conv_width_padded}], got {conv_cache.dtype} "
                          f"{tuple(conv_cache.shape)}")
     if k_cache.dim() != 4 or k_cache.shape[2:] != (Hkv, D) or v_cache.shape != k_cache.shape:

@@ -55,7 +55,7 @@ def _bf16_backends(cap, platform):
 
 # %% ../nbs/02_gate.ipynb #c41a9700
 def parse_capability(capability) -> tuple:
-    "`(major, minor)` from a pair of ints (major 1–20, minor 0–9) or the int form `10·major + minor` (90); else ValueError."
+    "`(major, minor)` from a pair of ints (major 1–20, minor 0–9) or the int `10·major + minor` (90); else ValueError."
     forms = ("a (major, minor) pair of ints with major in 1..20 and minor in 0..9, "
              "or an int like 90 (= 10*major + minor)")
     if is_int(capability):

@@ -108,7 +108,7 @@ def _grid_quantize(y: torch.Tensor) -> torch.Tensor:
 # %% ../nbs/00_numerics.ipynb #ef284b92
 @triton.jit
 def tl_quantize_e4m3(y, NATIVE: tl.constexpr = False):
-    "Triton device fn: fp32 -> e4m3 byte (uint8), clamp ±448, RNE, NaN -> 0x7F; bit-identical to `quantize_e4m3` (`NATIVE`: GPU only)."
+    "Triton fn: fp32 -> uint8 e4m3, ±448 clamp, RNE, NaN -> 0x7F; same bits as `quantize_e4m3` (`NATIVE`: GPU only)."
     if NATIVE:                                # cvt.rn.satfinite: RNE, saturates at ±448, NaN -> 0x7F, all by itself
         return y.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     isnan = y != y
@@ -126,7 +126,7 @@ def tl_quantize_e4m3(y, NATIVE: tl.constexpr = False):
 # %% ../nbs/00_numerics.ipynb #deed0f57
 @triton.jit
 def tl_rcp_scale(s):
-    "Triton device fn (GPU only): fp32 `RN(1/s)` for `s` in SCALE_RANGE, branch-free: hardware approx. reciprocal + 2 Newton steps."
+    "Triton fn (GPU only): fp32 `RN(1/s)`, `s` in SCALE_RANGE, branch-free: hw approx. reciprocal + 2 Newton steps."
     y = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [s], dtype=tl.float32, is_pure=True, pack=1)
     ns = s * -1.0
     y = tl.fma(tl.fma(ns, y, 1.0), y, y)         # y + y·(1 − s·y), twice
@@ -147,7 +147,7 @@ def tl_div_scale(x, s, y):
 
 @triton.jit
 def tl_div_scale_bf16(x, s, y):
-    "Triton device fn (GPU only): fp32 `RN(x / s)` for a bf16-valued `x` (8 bits), from `y = RN(1/s)`: a product + one FMA correction."
+    "Triton fn (GPU): fp32 `RN(x / s)`, bf16-valued `x` (8 bits), from `y = RN(1/s)`: a product + one FMA correction."
     q0 = x * y
     q1 = tl.fma(tl.fma(q0, s, x * -1.0), y * -1.0, q0)
     return tl.where(tl.abs(q0) < 1024.0, q1, q0)
@@ -181,7 +181,7 @@ def _quantize_kernel(x_ptr, out_ptr, scale_ptr, n, BLOCK: tl.constexpr, NATIVE: 
 
 # %% ../nbs/00_numerics.ipynb #705f3e1a
 def quantize_e4m3_triton(x: torch.Tensor, scale=1.0, native: bool = False) -> torch.Tensor:
-    "`quantize_e4m3` in Triton: divide + `tl_quantize_e4m3`; `native=True` (GPU): the store's `tl_div_scale(_bf16)` + hw cast."
+    "`quantize_e4m3` via Triton: divide + `tl_quantize_e4m3`, or (`native=True`, GPU) `tl_div_scale(_bf16)` + hw cast."
     if triton_target() is None:
         raise RuntimeError("no Triton target: need a CUDA GPU or TRITON_INTERPRET=1 set before import")
     if native and triton_target() != "cuda":

@@ -128,7 +128,7 @@ def short_conv_dense(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def sconv_paged(x: torch.Tensor, w: torch.Tensor, conv_cache: torch.Tensor, lane_offset: int, *, positions, seq_idx,
                 query_start, conv_block_table, conv_slot_mapping) -> torch.Tensor:
-    "Paged causal conv + residual of `x [T, C]` (flattened batch); inserts `x` in `conv_cache` lanes `[lane_offset, +C/Hkv)`."
+    "Paged causal conv + residual, flattened-batch `x [T, C]`; puts `x` in `conv_cache` lanes `[lane_offset, +C/Hkv)`."
     T, C = x.shape
     nb, H, N, D_pad = conv_cache.shape
     W = w.shape[1]
@@ -195,7 +195,7 @@ def alloc_kv_cache(num_blocks: int, block_size: int, num_kv_heads: int, head_dim
 
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
              k_scale=None, v_scale=None):
-    "Store `k, v [T, Hkv, D]` at `slot_mapping` (block·B + offset; < 0: skip); fp8 caches store `quantize_e4m3(x, scale)`."
+    "Store `k, v [T, Hkv, D]` at `slot_mapping` (block·B+offset; < 0: skip); fp8 caches get `quantize_e4m3(x, scale)`."
     if k_cache.dtype != v_cache.dtype or k_cache.dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"k_cache/v_cache dtypes {k_cache.dtype}/{v_cache.dtype}: expected both bf16 or both "
                          f"float8_e4m3fn")
@@ -216,7 +216,7 @@ def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         else: cache[blk, off] = x[keep]
 
 def gather_kv(cache: torch.Tensor, block_row, num_tokens: int, start: int = 0) -> torch.Tensor:
-    "Positions `[start, num_tokens)` of one request, via its block-table row: `[num_tokens - start, Hkv, D]`, cache dtype."
+    "Positions `[start, num_tokens)` of one request via its block-table row: `[num_tokens-start, Hkv, D]`, cache dtype."
     B = cache.shape[1]
     pos = torch.arange(start, num_tokens, device=cache.device)
     blocks = torch.as_tensor(block_row, device=cache.device).long()[pos // B]

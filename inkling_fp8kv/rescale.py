@@ -67,7 +67,7 @@ def _check_head_inputs(q, k, v, bias):
 def emulate_online_softmax(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, *,
                            softmax_scale: float, block_n: int = 64, threshold: float = SAFE_RESCALE_THRESHOLD,
                            max_offset: float = MAX_OFFSET, p_dtype: str = "e4m3", rowsum: str = "mma"):
-    "Tiled online softmax, lazy rescale, e4m3 (or bf16) P, as the kernels run it, for one head: `(out fp32 [Lq, D], stats)`."
+    "Tiled online softmax, lazy rescale, e4m3 (or bf16) P, as in the kernels, one head: `(out fp32 [Lq, D], stats)`."
     _check_head_inputs(q, k, v, bias)
     if p_dtype not in _P_DTYPES: raise ValueError(f"p_dtype must be one of {_P_DTYPES}, got {p_dtype!r}")
     if rowsum not in _ROWSUMS: raise ValueError(f"rowsum must be one of {_ROWSUMS}, got {rowsum!r}")

@@ -47,7 +47,7 @@ def _bf16(x, SOFT_BF16: tl.constexpr):
 
 @triton.jit
 def _rms_norm_rows(x, w, eps, D: tl.constexpr, SOFT_BF16: tl.constexpr):
-    "bf16 bits of `x · (1/sqrt(mean(x²) + eps)) · w` per row of fp32 `x [R, D]` (`w` broadcasts); order-free sum of squares."
+    "bf16 bits of `x · rsqrt(mean(x²) + eps) · w` per row, fp32 `x [R, D]` (`w` broadcast); order-free sum of squares."
     ss = tl.sum((x * x).to(tl.float64), axis=1)                 # exact squares, exact fp64 sum, one rounding
     ms = ss.to(tl.float32) * (1.0 / D)                          # D = 128: exact
     inv = tl.math.div_rn(tl.full(ms.shape, 1.0, tl.float32), tl.sqrt_rn(ms + eps))
@@ -154,7 +154,7 @@ def _conv_taps(kx, vx, t, pos, qstart, req, live, ch, d, h, qkvr_ptr, stride_tok
                 s = tl.where(cached, src, 0)
                 blk = tl.load(cbt_ptr + req * cbt_stride + s // CONV_N, mask=cached & (s // CONV_N < cbt_cols),
                               other=0).to(tl.int64)
-                # compiled in only under TRITON_DEBUG=1: the trusted path's conv metadata checked on device (notebook 07b)
+                # only built with TRITON_DEBUG=1: the trusted path's conv metadata checked on device (notebook 07b)
                 tl.device_assert(~cached | (s // CONV_N < cbt_cols), "conv_block_table too short for a cached conv tap")
                 tl.device_assert((blk >= 0) & (blk < nb_conv), "conv_block_table entry outside [0, num_conv_blocks)")
                 cell = conv_ptr + blk * cv_b + h * cv_h + (s % CONV_N) * cv_n
@@ -474,7 +474,7 @@ def _check_prep_weights(w: PrepWeights, geom: RankGeometry):
             raise ValueError(f"w.{name} must be bf16, got {getattr(w, name).dtype}")
 
 def prep_launch(geom: RankGeometry, num_tokens: int, *, small_token_threshold: int = SMALL_TOKEN_THRESHOLD) -> tuple:
-    "The kernel `qkvr_prep` launches for `num_tokens` tokens, with its per-batch integers: `('fused', T)` or `('tiled', T, n_kv, n_rel)`."
+    "`qkvr_prep`'s kernel for `num_tokens` tokens + per-batch ints: `('fused', T)` or `('tiled', T, n_kv, n_rel)`."
     target = triton_target()
     if target is None:
         raise RuntimeError("prep_launch needs a Triton target: a CUDA GPU, or TRITON_INTERPRET=1 set before import")
@@ -489,7 +489,7 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
               tau=None, eps: float = 1e-6, k_scale=None, v_scale=None,
               small_token_threshold: int = SMALL_TOKEN_THRESHOLD, force_path: str | None = None,
               configs: dict | None = None, validate: bool = True):
-    "Triton prep: returns `(q [T,Hq,128], rel_logits [T,Hq,E])` bf16; writes the conv cache and the bf16/e4m3 K/V cache."
+    "Triton prep: returns bf16 `(q [T,Hq,128], rel_logits [T,Hq,E])`; writes the conv cache and bf16/e4m3 K/V cache."
     target = triton_target()
     if target is None:
         raise RuntimeError("qkvr_prep needs a Triton target: a CUDA GPU, or TRITON_INTERPRET=1 set before import")

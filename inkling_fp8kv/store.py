@@ -248,8 +248,8 @@ def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps
             else:
                 _store_pair(k_dst, v_dst, d, store, tl_quantize_e4m3(tl_div_scale_bf16(kf32, k_scale, k_rcp), True),
                             tl_quantize_e4m3(tl_div_scale_bf16(vf32, v_scale, v_rcp), True))
-        # GPU: divide-free RN(x / s), hardware cast (00_numerics)
         else:
+            # GPU: divide-free RN(x / s), hardware cast (00_numerics)
             _store_pair(k_dst, v_dst, d, store, tl_quantize_e4m3(tl_div_scale_bf16(kf32, k_scale, k_rcp), True),
                         tl_quantize_e4m3(tl_div_scale_bf16(vf32, v_scale, v_rcp), True))
     else:

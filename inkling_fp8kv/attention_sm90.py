@@ -425,8 +425,7 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
         return f"Hq={Hq}, Hkv={Hkv}: a 128-row tile packs 128 / G tokens x G heads, so G = Hq / Hkv must be a power of two <= 128"
     if page % 8 or not (128 % page == 0 or page % 128 == 0):
         return (f"block_size {page}: a TMA box per page must cover whole 8-row swizzle atoms and a 128-key tile whole "
-                "pages "
-                "(a multiple of 8 that divides 128, or a multiple of 128)")
+                "pages (a multiple of 8 that divides 128, or a multiple of 128)")
     rows = []
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
         s = c.stride()
@@ -435,8 +434,7 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
         r = _rows_2d(c)
         if r is None:
             return (f"{name} strides {s}: TMA reads the cache as token rows, NHD (stride(0) == block_size * stride(1)) "
-                    "or HND "
-                    "(each head's page a run of rows); other layouts run on the portable kernel")
+                    "or HND (each head's page a run of rows); other layouts run on the portable kernel")
         rows.append(r[1:] + (r[0].shape[0],))
     if rows[0] != rows[1]:
         return f"k_cache and v_cache address their rows differently {rows}: they must be views of one layout"
@@ -463,8 +461,7 @@ def auto_selects(device) -> bool:
 
 # %% ../nbs/07c_attention_sm90.ipynb #bbeabf6b
 def _launch_args(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
-                 window,
-                 v_scale, threshold, out) -> tuple:
+                 window, v_scale, threshold, out) -> tuple:
     "`(grid, args, constexprs)` of one `_prefill_sm90_kernel` launch: host work only (views and descriptors, no device read or allocation)."
     T, Hq, D = q.shape
     nblk, page, Hkv, _ = k_cache.shape
@@ -475,12 +472,10 @@ def _launch_args(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_s
     grid = (triton.cdiv(max_seqlen_q, _BLOCK_M // G), seq_lens.shape[0], Hkv)
     args = (q, k_desc, v_desc, rel_logits, out, block_table, seq_lens, cu_seqlens_q,
             softmax_scale * LOG2E, threshold, v_scale, rel_logits.shape[2], window or 0, k2.shape[0], row_blk, row_head,
-            col_head,
-            q.stride(0), q.stride(1), rel_logits.stride(0), rel_logits.stride(1), out.stride(0), out.stride(1),
-            block_table.stride(0))
+            col_head, q.stride(0), q.stride(1), rel_logits.stride(0), rel_logits.stride(1), out.stride(0),
+            out.stride(1), block_table.stride(0))
     meta = dict(G=G, BLOCK_N=_BLOCK_N, PAGE=page, BOX=box, STAGES=_STAGES, HAS_WINDOW=window is not None,
-                P_OFFSET=float(MAX_OFFSET),
-                CONSUMER_REGS=_CONSUMER_REGS, num_warps=_NUM_WARPS)
+                P_OFFSET=float(MAX_OFFSET), CONSUMER_REGS=_CONSUMER_REGS, num_warps=_NUM_WARPS)
     return grid, args, meta
 
 def launch_prefill_sm90(q, k_cache, v_cache, rel_logits, *, out, **kw) -> torch.Tensor:
@@ -504,7 +499,5 @@ def prefill_sm90(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_s
         raise ValueError(f"window must be None or an int >= 1, got {window!r}")
     if out is None: out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     return launch_prefill_sm90(q, k_cache, v_cache, rel_logits, block_table=block_table, seq_lens=seq_lens,
-                               cu_seqlens_q=cu_seqlens_q,
-                                max_seqlen_q=max_seqlen_q, softmax_scale=float(softmax_scale), window=window,
-                               v_scale=float(v_scale),
-                                threshold=float(threshold), out=out)
+                               cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=float(softmax_scale),
+                               window=window, v_scale=float(v_scale), threshold=float(threshold), out=out)

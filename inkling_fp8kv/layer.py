@@ -37,8 +37,8 @@ def resolve_kernels(kernels: str, platform: str) -> str:
     if kernels == "auto": return "reference" if platform == "cpu" else "triton"
     if kernels == "triton" and platform == "cpu" and triton_target() != "interpreter":
         raise RuntimeError("kernels='triton' on a CPU runs the Triton interpreter, which needs TRITON_INTERPRET=1 in "
-                           "the environment "
-                           "before inkling_fp8kv is imported (library code never sets it); or use kernels='reference'")
+                           "the environment before inkling_fp8kv is imported (library code never sets it); or use "
+                           "kernels='reference'")
     return kernels
 
 # %% ../nbs/08_layer.ipynb #a6f215d7
@@ -82,8 +82,7 @@ def _version(t: torch.Tensor):
 class InklingAttention(nn.Module):
     "One Inkling attention layer (local or global) with a bf16 or fp8 e4m3 KV cache: `forward(qkvr, meta)` → bf16 `[T, Hq, 128]`."
     def __init__(self, cfg: InklingConfig, layer_idx: int, *, tp: int = 1, kv_cache_dtype: str = "auto",
-                 capability=None,
-                 platform: str | None = None, kernels: str = "auto", device=None):
+                 capability=None, platform: str | None = None, kernels: str = "auto", device=None):
         super().__init__()
         if not isinstance(cfg, InklingConfig):
             raise TypeError(f"cfg must be an InklingConfig, got {type(cfg).__name__}")
@@ -105,9 +104,7 @@ class InklingAttention(nn.Module):
         self.q_norm, self.k_norm = _Weight(torch.ones(g.head_dim, **bf)), _Weight(torch.ones(g.head_dim, **bf))
         self.rel_logits_proj = _RelLogitsProj(torch.zeros(g.d_rel, g.rel_extent, **bf))
         C = g.num_kv_heads * g.head_dim
-        self.k_sconv, self.v_sconv = _Weight(torch.zeros(C, 1, SCONV_WIDTH, **bf)), _Weight(torch.zeros(C, 1,
-                                                                                                        SCONV_WIDTH,
-                                                                                                        **bf))
+        self.k_sconv, self.v_sconv = _Weight(torch.zeros(C, 1, SCONV_WIDTH, **bf)), _Weight(torch.zeros(C, 1, SCONV_WIDTH, **bf))
         for n in SCALE_NAMES: self.register_buffer(n, torch.ones((), dtype=torch.float32, device=device))
         self.register_buffer("_kernel_scales", torch.ones(3, dtype=torch.float32, device=device), persistent=False)
         self.kv_cache = self.k_cache = self.v_cache = self.conv_cache = None
@@ -119,8 +116,8 @@ class InklingAttention(nn.Module):
     def extra_repr(self) -> str:
         g = self.geom
         return (f"layer={self.layer_idx}, {'local' if self.is_local else 'global'}, Hq={g.num_heads}, "
-                f"Hkv={g.num_kv_heads}, "
-                f"E={g.rel_extent}, window={g.window}, kv_cache_dtype={self.kv.name}, kernels={self.kernels}")
+                f"Hkv={g.num_kv_heads}, E={g.rel_extent}, window={g.window}, kv_cache_dtype={self.kv.name}, "
+                f"kernels={self.kernels}")
 
     def prep_weights(self) -> PrepWeights:
         "The prep's weights as views of this layer's parameters (no copy)."
@@ -133,8 +130,7 @@ class InklingAttention(nn.Module):
         if bs is None: raise ValueError("no cache is bound: pass block_size")
         g = self.geom
         return KVCacheSpec("sliding" if self.is_local else "full", bs, g.num_kv_heads, g.head_dim,
-                           self.kv.storage_dtype,
-                           self.kv.kv_quant_mode, g.window)
+                           self.kv.storage_dtype, self.kv.kv_quant_mode, g.window)
 
     def conv_cache_spec(self, block_size: int | None = None) -> KVCacheSpec:
         "This layer's conv-state spec: bf16, never quantized, a window of the conv width."
@@ -214,17 +210,14 @@ def _bind_cache(self: InklingAttention, kv_cache: torch.Tensor, conv_cache: torc
     return self
 
 def _alloc_caches(self: InklingAttention, num_blocks: int, block_size: int, conv_num_blocks: int,
-                  conv_block_size: int = 4,
-                  *, layout: str = "HND") -> tuple:
+                  conv_block_size: int = 4, *, layout: str = "HND") -> tuple:
     "Fresh `(kv_cache, conv_cache)` in vLLM's shapes and this layer's dtypes (uninitialized), e.g. for `bind_cache`."
     g = self.geom
     if min(num_blocks, block_size, conv_num_blocks, conv_block_size) < 1:
         raise ValueError("cache dimensions must be >= 1")
     if layout not in ("HND", "NHD"): raise ValueError(f"layout {layout!r}: expected 'HND' or 'NHD'")
     dev = self.q_scale.device
-    phys = (num_blocks, g.num_kv_heads, block_size, 2 * g.head_dim) if layout == "HND" else (num_blocks, block_size,
-                                                                                             g.num_kv_heads,
-                                                                                             2 * g.head_dim)
+    phys = (num_blocks, g.num_kv_heads, block_size, 2 * g.head_dim) if layout == "HND" else (num_blocks, block_size, g.num_kv_heads, 2 * g.head_dim)
     kv = torch.empty(phys, dtype=self.kv.storage_dtype, device=dev)
     kv = kv if layout == "HND" else kv.transpose(1, 2)
     conv = torch.empty(conv_num_blocks, g.num_kv_heads, conv_block_size, g.conv_width_padded, dtype=torch.bfloat16,
@@ -241,10 +234,8 @@ def _check_ready(self: InklingAttention, qkvr: torch.Tensor, meta: BatchMeta):
         raise RuntimeError(f"{self.prefix}: no cache bound; call bind_cache(kv_cache, conv_cache) first")
     if not self._scales_fresh():
         raise RuntimeError(f"{self.prefix}: the scale buffers changed since process_weights_after_loading() (a load or "
-                           "an in-place edit); "
-                           "call process_weights_after_loading() to validate them and refresh the cached descales, "
-                           "then re-capture "
-                           "any CUDA graph of this layer")
+                           "an in-place edit); call process_weights_after_loading() to validate them and refresh the "
+                           "cached descales, then re-capture any CUDA graph of this layer")
     if meta.conv_block_table is None or meta.conv_slot_mapping is None:
         raise ValueError("meta has no conv-group metadata (conv_block_table, conv_slot_mapping): build it with a conv "
                          "allocator")
@@ -263,9 +254,9 @@ def _forward(self: InklingAttention, qkvr: torch.Tensor, meta: BatchMeta, *,
     if out is None: out = torch.empty(T, g.num_heads, g.head_dim, dtype=torch.bfloat16, device=qkvr.device)
     if nt < T: out[nt:].zero_()
     cache = dict(positions=meta.positions, seq_idx=meta.seq_idx, query_start=meta.query_start,
-                 conv_cache=self.conv_cache,
-                 conv_block_table=meta.conv_block_table, conv_slot_mapping=meta.conv_slot_mapping, k_cache=self.k_cache,
-                 v_cache=self.v_cache, slot_mapping=meta.slot_mapping, tau=tau, eps=self.cfg.rms_norm_eps)
+                 conv_cache=self.conv_cache, conv_block_table=meta.conv_block_table,
+                 conv_slot_mapping=meta.conv_slot_mapping, k_cache=self.k_cache, v_cache=self.v_cache,
+                 slot_mapping=meta.slot_mapping, tau=tau, eps=self.cfg.rms_norm_eps)
     attn = dict(block_table=meta.block_table, seq_lens=meta.seq_lens, cu_seqlens_q=meta.cu_seqlens_q, window=g.window)
     if self.kernels == "triton":
         ks = (self._kernel_scales[1:2], self._kernel_scales[2:3]) if fp8 else (None, None)
@@ -356,15 +347,13 @@ class LayerGraph:
         "Replay on new inputs of the captured shapes; returns the graph's output tensor (overwritten by the next replay)."
         if self.layer.scale_version != self.scale_version:
             raise RuntimeError(f"{self.layer.prefix}: the scales were reloaded (version {self.layer.scale_version}) "
-                               "after this graph was "
-                               f"captured (version {self.scale_version}); capture the graph again")
+                               f"after this graph was captured (version {self.scale_version}); capture the graph again")
         self.layer._check_ready(qkvr, meta)
         m = self.meta
         if qkvr.shape != self.qkvr.shape or meta.num_actual_tokens != m.num_actual_tokens or meta.max_seqlen_q > m.max_seqlen_q:
             raise ValueError(f"replay needs the captured shapes: qkvr {tuple(self.qkvr.shape)}, {m.num_actual_tokens} "
-                             "actual tokens, "
-                             f"max_seqlen_q <= {m.max_seqlen_q}; got {tuple(qkvr.shape)}, {meta.num_actual_tokens}, "
-                             f"{meta.max_seqlen_q}")
+                             f"actual tokens, max_seqlen_q <= {m.max_seqlen_q}; got {tuple(qkvr.shape)}, "
+                             f"{meta.num_actual_tokens}, {meta.max_seqlen_q}")
         for f in self._TENSORS:
             src, dst = getattr(meta, f), getattr(m, f)
             if src.shape != dst.shape:
@@ -410,17 +399,14 @@ def _warmup_key(self: InklingAttention, num_tokens: int, num_reqs: int, max_seql
     launch = store.prep_launch(g, num_tokens)
     cdt = str(self.kv.compute_dtype).removeprefix("torch.")
     return WarmupKey(self.kernels, self.is_local, g.num_heads, g.num_kv_heads, g.head_dim, g.rel_extent, g.window or 0,
-                     "bfloat16",
-                     cdt, cdt, self.block_size, self.conv_block_size, 1 << (max_seqlen_q - 1).bit_length(), splits,
-                     name,
-                     (launch[0], *map(_int_class, launch[1:])),
+                     "bfloat16", cdt, cdt, self.block_size, self.conv_block_size, 1 << (max_seqlen_q - 1).bit_length(),
+                     splits, name, (launch[0], *map(_int_class, launch[1:])),
                      tuple(map(_int_class, (block_table_stride, conv_table_stride, conv_table_width))))
 
 def _compile_key(self: InklingAttention, qkvr: torch.Tensor, meta: BatchMeta) -> WarmupKey:
     "The `WarmupKey` of `self(qkvr, meta)`."
     return self._warmup_key(qkvr.shape[0], meta.seq_lens.shape[0], meta.max_seqlen_q, meta.max_seqlen_k,
-                            meta.block_table.stride(0),
-                            meta.conv_block_table.stride(0), meta.conv_block_table.shape[1])
+                            meta.block_table.stride(0), meta.conv_block_table.stride(0), meta.conv_block_table.shape[1])
 
 InklingAttention._warmup_key = _warmup_key
 InklingAttention.compile_key = _compile_key
@@ -473,17 +459,15 @@ def _scratch_meta(self: InklingAttention, q_lens: list, seq_lens: list, bt: int,
     T, B, mq = sum(q_lens), len(q_lens), max(q_lens)
     cu = [0]
     for n in q_lens: cu.append(cu[-1] + n)
-    dev, i32, i64 = self.q_scale.device, dict(dtype=torch.int32, device=self.q_scale.device), dict(dtype=torch.int64,
-                                                                                                   device=self.q_scale.device)
+    dev, i32, i64 = self.q_scale.device, dict(dtype=torch.int32, device=self.q_scale.device), dict(dtype=torch.int64, device=self.q_scale.device)
     pos = [p for n, s in zip(q_lens, seq_lens) for p in range(s - n, s)]
     return BatchMeta(req_ids=list(range(B)), positions=torch.tensor(pos, **i64),
                      seq_idx=torch.tensor([b for b, n in enumerate(q_lens) for _ in range(n)], **i32),
                      query_start=torch.tensor([cu[b] for b, n in enumerate(q_lens) for _ in range(n)], **i32),
                      seq_lens=torch.tensor(seq_lens, **i32), cu_seqlens_q=torch.tensor(cu, **i32), max_seqlen_q=mq,
-                     max_seqlen_k=max(seq_lens),
-                     num_actual_tokens=T, block_table=torch.zeros(B, bt, **i32),
-                     slot_mapping=torch.full((T,), -1, **i64),
-                     conv_block_table=torch.zeros(B, cbt, **i32), conv_slot_mapping=torch.full((T,), -1, **i64))
+                     max_seqlen_k=max(seq_lens), num_actual_tokens=T, block_table=torch.zeros(B, bt, **i32),
+                     slot_mapping=torch.full((T,), -1, **i64), conv_block_table=torch.zeros(B, cbt, **i32),
+                     conv_slot_mapping=torch.full((T,), -1, **i64))
 
 def _warmup(self: InklingAttention, **limits) -> int:
     "Compile every `warmup_keys(**limits)` class by one forward each on scratch metadata (no cache byte written); returns the forwards run."

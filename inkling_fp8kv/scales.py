@@ -81,9 +81,8 @@ def load_kv_scales(named_tensors, layers, *, legacy_kv_scale: str = "map") -> se
         if m:
             if legacy_kv_scale == "refuse":
                 raise ValueError(f"{name}: a legacy single kv_scale (one scale for K and V); this loader was asked to "
-                                 "refuse it. "
-                                 "Write separate k_scale and v_scale tensors (inkling-fp8kv calibrate), or pass "
-                                 "legacy_kv_scale='map'")
+                                 "refuse it. Write separate k_scale and v_scale tensors (inkling-fp8kv calibrate), or "
+                                 "pass legacy_kv_scale='map'")
             for kind in "kv": put(int(m.group(1)), kind, name, t)
             legacy.append(name)
         elif _SCALE_LIKE.search(name): other.append(name)
@@ -111,8 +110,7 @@ def _layer_index(layer) -> int:
     hits = _LAYER_OF_MODULE.findall(layer) if isinstance(layer, str) else []
     if len(hits) != 1:
         raise ValueError(f"quantized layer {layer!r}: expected a layer index >= 0 or a module name with one "
-                         "'layers.<i>' part "
-                         "(e.g. 'model.layers.3.attn')")
+                         "'layers.<i>' part (e.g. 'model.layers.3.attn')")
     return int(hits[0])
 
 def _layer_list(layers: tuple, limit: int = 12) -> str:
@@ -145,13 +143,10 @@ class ScaleCoverage:
         "The warning text: how many layers lack a `v_scale`, which, and what goes wrong at unity scale."
         n, miss = len(self.quantized_layers), self.missing_v
         return (f"fp8 KV cache: the checkpoint provides v_scale tensors for {n - len(miss)} of {n} quantized attention "
-                "layers "
-                f"(none for layers {_layer_list(miss)}). Those layers store V at v_scale = 1.0, where every |V| above "
-                "448 is "
-                "clipped to ±448: V is not normalized and has outliers (max |V| = 1,272 measured in a global layer of "
-                "Inkling-Small), "
-                "and that clipping costs accuracy on long derivations. Calibrate per-layer scales and ship them as "
-                "model.llm.layers.<i>.attn.v_scale tensors.")
+                f"layers (none for layers {_layer_list(miss)}). Those layers store V at v_scale = 1.0, where every |V| "
+                "above 448 is clipped to ±448: V is not normalized and has outliers (max |V| = 1,272 measured in a "
+                "global layer of Inkling-Small), and that clipping costs accuracy on long derivations. Calibrate "
+                "per-layer scales and ship them as model.llm.layers.<i>.attn.v_scale tensors.")
 
 def check_scale_coverage(loaded_names, quantized_layers, *, warn: bool = True) -> ScaleCoverage:
     "Coverage of the fp8 layers by loaded q/k/v scale tensors, counted from `loaded_names`; warns (`ScaleCoverageWarning`) on missing `v_scale`s."

@@ -22,9 +22,8 @@ from .layer import InklingAttention as CoreAttention
 
 # %% ../nbs/14_vllm.ipynb #245b29b0
 INKLING_VLLM_MODULES = ("vllm.models.inkling", "vllm.models.inkling.configs",
-                        "vllm.models.inkling.nvidia.sconv_swa_attn",
-                        "vllm.models.inkling.nvidia.attention", "vllm.models.inkling.nvidia.model",
-                        "vllm.models.inkling.nvidia.ops.qkvr_prep",
+                        "vllm.models.inkling.nvidia.sconv_swa_attn", "vllm.models.inkling.nvidia.attention",
+                        "vllm.models.inkling.nvidia.model", "vllm.models.inkling.nvidia.ops.qkvr_prep",
                         "vllm.models.inkling.nvidia.ops.fa4_rel_attention", "vllm.models.inkling.amd.attention",
                         "vllm.models.inkling.amd.model")
 
@@ -65,9 +64,8 @@ def offline_vllm_config(*, max_model_len: int = 131_072, max_num_batched_tokens:
     try:
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64,
-                           intermediate_size=128, num_attention_heads=4,
-                           num_key_value_heads=2, num_hidden_layers=2, vocab_size=256, max_position_embeddings=2**22,
-                           torch_dtype="bfloat16"), f)
+                           intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                           vocab_size=256, max_position_embeddings=2**22, torch_dtype="bfloat16"), f)
         mc = ModelConfig(model=d, skip_tokenizer_init=True, max_model_len=max_model_len, dtype="bfloat16")
         cc = CacheConfig(block_size=block_size, cache_dtype=cache_dtype)
         cc.kv_cache_layout = kv_cache_layout
@@ -93,8 +91,8 @@ def serving_settings(vllm_config, *, max_model_len: int, max_num_batched_tokens:
         if cache_dtype is not None: cc.cache_dtype = cache_dtype
         if vllm_config.max_concurrent_batches != max_concurrent_batches:
             raise ValueError(f"max_concurrent_batches={max_concurrent_batches}: vLLM gives "
-                             f"{vllm_config.max_concurrent_batches} here "
-                             "(1 = async scheduling off, 2 = on, at pipeline-parallel size 1)")
+                             f"{vllm_config.max_concurrent_batches} here (1 = async scheduling off, 2 = on, at "
+                             "pipeline-parallel size 1)")
         yield vllm_config
     finally:
         mc.max_model_len, sc.max_num_batched_tokens, sc.async_scheduling, cc.num_gpu_blocks_override, cc.block_size, cc.cache_dtype = saved
@@ -135,13 +133,12 @@ def vllm_inkling_config(cfg: InklingConfig, **kw):
     from vllm.models.inkling.configs import InklingModelConfig
     d = dict(hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_attention_heads,
              num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
-             swa_num_attention_heads=cfg.swa_num_attention_heads,
-             swa_num_key_value_heads=cfg.swa_num_kv_heads, d_rel=cfg.d_rel, rel_extent=cfg.rel_extent,
-             local_layer_ids=list(cfg.local_layer_ids),
+             swa_num_attention_heads=cfg.swa_num_attention_heads, swa_num_key_value_heads=cfg.swa_num_kv_heads,
+             d_rel=cfg.d_rel, rel_extent=cfg.rel_extent, local_layer_ids=list(cfg.local_layer_ids),
              sliding_window_size=cfg.sliding_window, sconv_kernel_size=cfg.sconv_kernel_size,
-             log_scaling_n_floor=cfg.log_scaling_n_floor,
-             log_scaling_alpha=cfg.log_scaling_alpha, rms_norm_eps=cfg.rms_norm_eps, vocab_size=cfg.vocab_size,
-             intermediate_size=cfg.intermediate_size, dense_mlp_idx=cfg.num_layers)
+             log_scaling_n_floor=cfg.log_scaling_n_floor, log_scaling_alpha=cfg.log_scaling_alpha,
+             rms_norm_eps=cfg.rms_norm_eps, vocab_size=cfg.vocab_size, intermediate_size=cfg.intermediate_size,
+             dense_mlp_idx=cfg.num_layers)
     return InklingModelConfig(**{**d, **kw})
 
 def inkling_config_from_vllm(hf_config) -> InklingConfig:
@@ -150,15 +147,12 @@ def inkling_config_from_vllm(hf_config) -> InklingConfig:
     if c.head_dim != c.swa_head_dim:
         raise ValueError(f"head_dim={c.head_dim} != swa_head_dim={c.swa_head_dim}: one head_dim is supported")
     return InklingConfig(num_layers=c.num_hidden_layers, local_layer_ids=tuple(c.local_layer_ids),
-                         hidden_size=c.hidden_size,
-                         num_attention_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads,
-                         head_dim=c.head_dim,
+                         hidden_size=c.hidden_size, num_attention_heads=c.num_attention_heads,
+                         num_kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
                          swa_num_attention_heads=c.swa_num_attention_heads, swa_num_kv_heads=c.swa_num_key_value_heads,
-                         d_rel=c.d_rel,
-                         rel_extent=c.rel_extent, sliding_window=c.sliding_window_size,
-                         sconv_kernel_size=c.sconv_kernel_size,
-                         log_scaling_alpha=c.log_scaling_alpha, log_scaling_n_floor=c.log_scaling_n_floor,
-                         rms_norm_eps=c.rms_norm_eps,
+                         d_rel=c.d_rel, rel_extent=c.rel_extent, sliding_window=c.sliding_window_size,
+                         sconv_kernel_size=c.sconv_kernel_size, log_scaling_alpha=c.log_scaling_alpha,
+                         log_scaling_n_floor=c.log_scaling_n_floor, rms_norm_eps=c.rms_norm_eps,
                          vocab_size=c.vocab_size, intermediate_size=c.intermediate_size)
 
 # %% ../nbs/14_vllm.ipynb #1d294d94
@@ -176,13 +170,11 @@ def build_vllm_layers(vllm_config, cfg: InklingConfig, layer_ids=None, *, attent
             local = cfg.is_local(i)
             hkv = cfg.swa_num_kv_heads if local else cfg.num_kv_heads
             conv = InklingConvState(num_kv_heads=hkv, head_dim=cfg.head_dim, hidden_size=cfg.hidden_size,
-                                    kernel_size=cfg.sconv_kernel_size,
-                                    prefix=f"model.layers.{i}.conv_state")
+                                    kernel_size=cfg.sconv_kernel_size, prefix=f"model.layers.{i}.conv_state")
             attn = attention_cls(hf, num_heads=cfg.swa_num_attention_heads if local else cfg.num_attention_heads,
-                                 num_kv_heads=hkv,
-                                 head_dim=cfg.head_dim, rel_extent=cfg.rel_extent, local_extent=cfg.sliding_window,
-                                 is_local=local,
-                                 prefix=f"model.layers.{i}.attn", conv_owner=conv)
+                                 num_kv_heads=hkv, head_dim=cfg.head_dim, rel_extent=cfg.rel_extent,
+                                 local_extent=cfg.sliding_window, is_local=local, prefix=f"model.layers.{i}.attn",
+                                 conv_owner=conv)
             out[conv.prefix], out[attn.prefix] = conv, attn
     return out
 
@@ -195,8 +187,7 @@ def collect_kv_cache_specs(vllm_config) -> dict:
     out = {}
     for name, layer in get_layers_from_vllm_config(vllm_config, AttentionLayerBase).items():
         spec = layer.get_kv_cache_spec(vllm_config)
-        out[name] = customize_attention_spec(layer.get_attn_backend(), spec) if isinstance(spec,
-                                                                                           AttentionSpec) else spec
+        out[name] = customize_attention_spec(layer.get_attn_backend(), spec) if isinstance(spec, AttentionSpec) else spec
     return out
 
 # %% ../nbs/14_vllm.ipynb #b9989798
@@ -222,8 +213,7 @@ def vllm_plan(vllm_config, specs: dict, *, tp: int, max_model_len: int, max_num_
                              g.kv_cache_spec.page_size_bytes)) for g in sched.kv_cache_groups)
     assert len({c.num_blocks for c in configs}) == 1
     return dict(num_blocks=sched.num_blocks, bytes_per_block=sched.kv_cache_tensors[0].size // sched.num_blocks,
-                groups=groups,
-                max_concurrency=concurrency, pool_tokens=tokens)
+                groups=groups, max_concurrency=concurrency, pool_tokens=tokens)
 
 def plan_summary(plan: PoolPlan) -> dict:
     "A `PoolPlan` in `vllm_plan`'s form."
@@ -325,9 +315,7 @@ def fp8_classes() -> dict:
         def refresh_descales(self) -> dict:
             "Validate the q/k/v scales and cache them as host floats (the core's `process_weights_after_loading`), so the forward never syncs on them."
             if self.core is None:
-                self._descales = {n: validate_scale(f"{self.prefix}.{n}", getattr(self, n)) for n in ("q_scale",
-                                                                                                      "k_scale",
-                                                                                                      "v_scale")}
+                self._descales = {n: validate_scale(f"{self.prefix}.{n}", getattr(self, n)) for n in ("q_scale", "k_scale", "v_scale")}
                 return dict(self._descales)
             # vLLM may have replaced a tensor since (weight processing, a move)
             _share_tensors(self, self.core)
@@ -382,11 +370,10 @@ def _core_layer(layer, vllm_config, cache_dtype: str, kv: KVCacheDtype) -> CoreA
     cfg = inkling_config_from_vllm(vllm_config.model_config.hf_text_config)
     idx = int(layer.prefix.split("layers.")[-1].split(".")[0])
     core = CoreAttention(cfg, idx, tp=get_tensor_model_parallel_world_size(), kv_cache_dtype=cache_dtype,
-                         capability=kv.capability,
-                         platform=kv.platform, kernels="triton", device=layer.q_norm.weight.device)
+                         capability=kv.capability, platform=kv.platform, kernels="triton",
+                         device=layer.q_norm.weight.device)
     g = core.geom
-    if (g.num_heads, g.num_kv_heads, g.window, g.rel_extent, core.is_local) != (layer.num_heads, layer.num_kv_heads,
-                                                                                layer.local_extent,
+    if (g.num_heads, g.num_kv_heads, g.window, g.rel_extent, core.is_local) != (layer.num_heads, layer.num_kv_heads, layer.local_extent,
                                                                                layer.local_extent if layer.is_local else cfg.rel_extent, layer.is_local):
         raise ValueError(f"{layer.prefix}: vLLM's layer and the config disagree on the geometry ({g})")
     core.prefix = layer.prefix                       # messages name the tensors as vLLM does
@@ -402,10 +389,10 @@ def _core_forward(layer, positions: torch.Tensor, qkvr: torch.Tensor, out: torch
     if core.kv_cache is not layer.kv_cache or core.conv_cache is not layer.conv_owner.kv_cache:
         core.bind_cache(layer.kv_cache, layer.conv_owner.kv_cache)   # vLLM binds its caches after construction
     meta = BatchMeta(req_ids=[], positions=positions, seq_idx=conv_md.seq_idx, query_start=conv_md.query_start,
-                     seq_lens=md.seq_lens,
-                     cu_seqlens_q=md.query_start_loc, max_seqlen_q=md.max_query_len, max_seqlen_k=md.max_seq_len,
-                     num_actual_tokens=md.num_actual_tokens, block_table=md.block_table, slot_mapping=md.slot_mapping,
-                     conv_block_table=conv_md.block_table, conv_slot_mapping=conv_md.slot_mapping)
+                     seq_lens=md.seq_lens, cu_seqlens_q=md.query_start_loc, max_seqlen_q=md.max_query_len,
+                     max_seqlen_k=md.max_seq_len, num_actual_tokens=md.num_actual_tokens, block_table=md.block_table,
+                     slot_mapping=md.slot_mapping, conv_block_table=conv_md.block_table,
+                     conv_slot_mapping=conv_md.slot_mapping)
     core(qkvr, meta, out=out)
 
 @functools.cache

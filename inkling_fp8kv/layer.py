@@ -27,7 +27,7 @@ KERNELS = ("auto", "triton", "reference")
 SCALE_NAMES = ("q_scale", "k_scale", "v_scale")
 
 def detect_platform() -> str:
-    "The platform of a layer built with `platform=None`: 'cuda' (or 'rocm') when a GPU is visible, else 'cpu' (the Triton interpreter)."
+    "Platform for `platform=None`: 'cuda' (or 'rocm') when a GPU is visible, else 'cpu' (the Triton interpreter)."
     if torch.cuda.is_available(): return "rocm" if getattr(torch.version, "hip", None) else "cuda"
     return "cpu"
 
@@ -60,7 +60,7 @@ class KVCacheSpec:
         return self.block_size * self.num_kv_heads * lanes * self.dtype.itemsize
 
     def shape(self, num_blocks: int) -> tuple:
-        "The tensor vLLM binds for `num_blocks` blocks: `[blocks, Hkv, block, 2·head]` (attention) or `[blocks, Hkv, N, D_pad]` (conv)."
+        "Tensor for `num_blocks` blocks: `[blocks, Hkv, block, 2·head]` (attention), `[blocks, Hkv, N, D_pad]` (conv)."
         return (num_blocks, self.num_kv_heads, self.block_size,
                 self.head_size if self.kind == "conv" else 2 * self.head_size)
 
@@ -80,7 +80,7 @@ def _version(t: torch.Tensor):
     except RuntimeError: return None          # inference-mode tensors keep no version counter
 
 class InklingAttention(nn.Module):
-    "One Inkling attention layer (local or global) with a bf16 or fp8 e4m3 KV cache: `forward(qkvr, meta)` → bf16 `[T, Hq, 128]`."
+    "Inkling attention layer (local/global), bf16 or fp8 e4m3 KV cache: `forward(qkvr, meta)` → bf16 `[T, Hq, 128]`."
     def __init__(self, cfg: InklingConfig, layer_idx: int, *, tp: int = 1, kv_cache_dtype: str = "auto",
                  capability=None, platform: str | None = None, kernels: str = "auto", device=None):
         super().__init__()
@@ -104,7 +104,8 @@ class InklingAttention(nn.Module):
         self.q_norm, self.k_norm = _Weight(torch.ones(g.head_dim, **bf)), _Weight(torch.ones(g.head_dim, **bf))
         self.rel_logits_proj = _RelLogitsProj(torch.zeros(g.d_rel, g.rel_extent, **bf))
         C = g.num_kv_heads * g.head_dim
-        self.k_sconv, self.v_sconv = _Weight(torch.zeros(C, 1, SCONV_WIDTH, **bf)), _Weight(torch.zeros(C, 1, SCONV_WIDTH, **bf))
+        self.k_sconv, self.v_sconv = (_Weight(torch.zeros(C, 1, SCONV_WIDTH, **bf)),
+                                      _Weight(torch.zeros(C, 1, SCONV_WIDTH, **bf)))
         for n in SCALE_NAMES: self.register_buffer(n, torch.ones((), dtype=torch.float32, device=device))
         self.register_buffer("_kernel_scales", torch.ones(3, dtype=torch.float32, device=device), persistent=False)
         self.kv_cache = self.k_cache = self.v_cache = self.conv_cache = None
@@ -158,7 +159,7 @@ def _scales_fresh(self: InklingAttention) -> bool:
     return stamp is not None and all(a is b and va == vb for (a, va), (b, vb) in zip(stamp, self._scale_stamp()))
 
 def _process_weights_after_loading(self: InklingAttention) -> dict:
-    "Validate the q/k/v scales, cache their host floats and the folded softmax scale, and copy them to the tensor the kernels read; run after every (re)load."
+    "Validate q/k/v scales, cache host floats and folded softmax scale, copy them to the kernels; run after (re)loads."
     d = {}
     for n in SCALE_NAMES:
         t = getattr(self, n)
@@ -182,7 +183,7 @@ InklingAttention.process_weights_after_loading = _process_weights_after_loading
 
 # %% ../nbs/08_layer.ipynb #1154d679
 def _bind_cache(self: InklingAttention, kv_cache: torch.Tensor, conv_cache: torch.Tensor) -> InklingAttention:
-    "Bind vLLM's packed KV cache `[blocks, Hkv, block, 2·128]` (uint8 → e4m3 view for fp8, else bf16) and the bf16 conv cache `[blocks, Hkv, N, D_pad]`."
+    "Bind vLLM's KV cache `[blocks, Hkv, block, 2·128]` (uint8: e4m3 view), bf16 conv cache `[blocks, Hkv, N, D_pad]`."
     g, D = self.geom, self.geom.head_dim
     for name, t in (("kv_cache", kv_cache), ("conv_cache", conv_cache)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
@@ -217,7 +218,8 @@ def _alloc_caches(self: InklingAttention, num_blocks: int, block_size: int, conv
         raise ValueError("cache dimensions must be >= 1")
     if layout not in ("HND", "NHD"): raise ValueError(f"layout {layout!r}: expected 'HND' or 'NHD'")
     dev = self.q_scale.device
-    phys = (num_blocks, g.num_kv_heads, block_size, 2 * g.head_dim) if layout == "HND" else (num_blocks, block_size, g.num_kv_heads, 2 * g.head_dim)
+    phys = ((num_blocks, g.num_kv_heads, block_size, 2 * g.head_dim) if layout == "HND"
+            else (num_blocks, block_size, g.num_kv_heads, 2 * g.head_dim))
     kv = torch.empty(phys, dtype=self.kv.storage_dtype, device=dev)
     kv = kv if layout == "HND" else kv.transpose(1, 2)
     conv = torch.empty(conv_num_blocks, g.num_kv_heads, conv_block_size, g.conv_width_padded, dtype=torch.bfloat16,
@@ -246,7 +248,7 @@ def _check_ready(self: InklingAttention, qkvr: torch.Tensor, meta: BatchMeta):
 @torch.no_grad()
 def _forward(self: InklingAttention, qkvr: torch.Tensor, meta: BatchMeta, *,
              out: torch.Tensor | None = None) -> torch.Tensor:
-    "Prep (quant-on-store) → query quantization → relative attention: bf16 `[T, Hq, 128]`; no device→host sync on the `triton` path."
+    "Prep (quant-on-store) → query quant → relative attention: bf16 `[T, Hq, 128]`; no device→host sync with `triton`."
     self._check_ready(qkvr, meta)
     g, fp8, T, nt = self.geom, self.kv.quantized, qkvr.shape[0], meta.num_actual_tokens
     tau = None if self.is_local else log_scaling_tau(meta.positions, self.cfg.log_scaling_alpha,
@@ -317,7 +319,7 @@ InklingAttention._observe_store = _observe_store
 
 # %% ../nbs/08_layer.ipynb #3b049fec
 def load_layer_scales(layers, named_tensors, *, legacy_kv_scale: str = "map"):
-    "Load a checkpoint's q/k/v scales into `layers` (index → `InklingAttention`), re-process every layer, and return the coverage report (warns on missing `v_scale`s)."
+    "Load q/k/v scales into `layers` (index → `InklingAttention`), re-process; returns coverage (warns: no `v_scale`)."
     from inkling_fp8kv.scales import load_kv_scales, check_scale_coverage
     layers = dict(layers) if isinstance(layers, dict) else {m.layer_idx: m for m in layers}
     loaded = load_kv_scales(named_tensors, layers, legacy_kv_scale=legacy_kv_scale)
@@ -326,7 +328,7 @@ def load_layer_scales(layers, named_tensors, *, legacy_kv_scale: str = "map"):
 
 # %% ../nbs/08_layer.ipynb #017634a2
 class LayerGraph:
-    "`layer.forward` captured in a CUDA graph for one batch shape; `graph(qkvr, meta)` copies new inputs in and replays. Re-capture after a reload."
+    "CUDA graph of `layer.forward`, one batch shape; `graph(qkvr, meta)` copies inputs, replays. Recapture on reload."
     _TENSORS = ("positions", "seq_idx", "query_start", "seq_lens", "cu_seqlens_q", "block_table", "slot_mapping",
                 "conv_block_table", "conv_slot_mapping")
 
@@ -344,13 +346,14 @@ class LayerGraph:
         with torch.cuda.graph(self.graph, pool=pool): self.out = layer(self.qkvr, self.meta)
 
     def __call__(self, qkvr: torch.Tensor, meta: BatchMeta) -> torch.Tensor:
-        "Replay on new inputs of the captured shapes; returns the graph's output tensor (overwritten by the next replay)."
+        "Replay on new inputs of the captured shapes; returns the graph's output (overwritten by the next replay)."
         if self.layer.scale_version != self.scale_version:
             raise RuntimeError(f"{self.layer.prefix}: the scales were reloaded (version {self.layer.scale_version}) "
                                f"after this graph was captured (version {self.scale_version}); capture the graph again")
         self.layer._check_ready(qkvr, meta)
         m = self.meta
-        if qkvr.shape != self.qkvr.shape or meta.num_actual_tokens != m.num_actual_tokens or meta.max_seqlen_q > m.max_seqlen_q:
+        if (qkvr.shape != self.qkvr.shape or meta.num_actual_tokens != m.num_actual_tokens
+                or meta.max_seqlen_q > m.max_seqlen_q):
             raise ValueError(f"replay needs the captured shapes: qkvr {tuple(self.qkvr.shape)}, {m.num_actual_tokens} "
                              f"actual tokens, max_seqlen_q <= {m.max_seqlen_q}; got {tuple(qkvr.shape)}, "
                              f"{meta.num_actual_tokens}, {meta.max_seqlen_q}")
@@ -370,7 +373,7 @@ def _int_class(n: int) -> str:
 
 @dataclass(frozen=True, order=True)
 class WarmupKey:
-    "One compile class of a layer's forward: its fixed geometry and dtypes, and the per-batch values Triton specializes on."
+    "One compile class of a layer's forward: fixed geometry and dtypes, and the per-batch values Triton specializes on."
     kernels: str
     is_local: bool
     num_heads: int
@@ -414,7 +417,7 @@ InklingAttention.compile_key = _compile_key
 # %% ../nbs/08_layer.ipynb #ebffbac2
 def _warmup_plan(self: InklingAttention, *, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  block_table_width: int | None = None, conv_block_table_width: int | None = None) -> dict:
-    "Every key a server with these limits can meet, each with one batch shape `(T, num_reqs, max_seqlen_q, max_seqlen_k)` that has it."
+    "Each key a server with these limits meets, with a batch shape `(T, num_reqs, max_seqlen_q, max_seqlen_k)` of it."
     if self.k_cache is None:
         raise RuntimeError(f"{self.prefix}: bind the caches first (the keys depend on their block sizes)")
     if self.kernels != "triton": return {}                              # the reference path compiles nothing
@@ -445,7 +448,7 @@ def _warmup_plan(self: InklingAttention, *, max_num_seqs: int, max_num_batched_t
     return plan
 
 def _warmup_keys(self: InklingAttention, **limits) -> tuple:
-    "Sorted `WarmupKey`s of every forward a server with these limits (`max_num_seqs`, `max_num_batched_tokens`, `max_model_len`) can run."
+    "Sorted `WarmupKey`s of all forwards a server can run at `max_num_seqs`, `max_num_batched_tokens`, `max_model_len`."
     return tuple(sorted(self._warmup_plan(**limits)))
 
 def _scratch_lens(T: int, B: int, mq: int, mk: int) -> tuple:
@@ -455,11 +458,12 @@ def _scratch_lens(T: int, B: int, mq: int, mk: int) -> tuple:
     return q_lens, q_lens
 
 def _scratch_meta(self: InklingAttention, q_lens: list, seq_lens: list, bt: int, cbt: int) -> BatchMeta:
-    "Metadata of a batch with these lengths that writes nothing: every slot −1, every table entry block 0, tables `bt`/`cbt` wide."
+    "Metadata of a batch of these lengths writing nothing: slots −1, table entries block 0, tables `bt`/`cbt` wide."
     T, B, mq = sum(q_lens), len(q_lens), max(q_lens)
     cu = [0]
     for n in q_lens: cu.append(cu[-1] + n)
-    dev, i32, i64 = self.q_scale.device, dict(dtype=torch.int32, device=self.q_scale.device), dict(dtype=torch.int64, device=self.q_scale.device)
+    dev, i32, i64 = (self.q_scale.device, dict(dtype=torch.int32, device=self.q_scale.device),
+                     dict(dtype=torch.int64, device=self.q_scale.device))
     pos = [p for n, s in zip(q_lens, seq_lens) for p in range(s - n, s)]
     return BatchMeta(req_ids=list(range(B)), positions=torch.tensor(pos, **i64),
                      seq_idx=torch.tensor([b for b, n in enumerate(q_lens) for _ in range(n)], **i32),
@@ -470,7 +474,7 @@ def _scratch_meta(self: InklingAttention, q_lens: list, seq_lens: list, bt: int,
                      conv_slot_mapping=torch.full((T,), -1, **i64))
 
 def _warmup(self: InklingAttention, **limits) -> int:
-    "Compile every `warmup_keys(**limits)` class by one forward each on scratch metadata (no cache byte written); returns the forwards run."
+    "Compile each `warmup_keys(**limits)` class: a forward on scratch metadata (no cache write); returns forwards run."
     plan = self._warmup_plan(**limits)
     if triton_target() in (None, "interpreter"): return 0               # the interpreter compiles nothing
     bt = limits.get("block_table_width") or -(-limits["max_model_len"] // self.block_size)

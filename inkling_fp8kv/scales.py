@@ -40,7 +40,8 @@ def _layer_map(layers) -> dict:
     else:
         try: out = {m.layer_idx: m for m in layers}
         except (TypeError, AttributeError):
-            raise TypeError("layers must map layer index -> layer, or be an iterable of layers with a layer_idx") from None
+            raise TypeError("layers must map layer index -> layer, or be an iterable of layers "
+                            "with a layer_idx") from None
     for i, m in out.items():
         for n in ("q_scale", "k_scale", "v_scale"):
             b = getattr(m, n, None)
@@ -62,7 +63,7 @@ def _pairs(named_tensors):
         yield item
 
 def load_kv_scales(named_tensors, layers, *, legacy_kv_scale: str = "map") -> set:
-    "Copy a checkpoint's `model.llm.layers.<i>.attn.{q,k,v}_scale` tensors into the layers' buffers (all validated first); returns the names loaded."
+    "Copy `model.llm.layers.<i>.attn.{q,k,v}_scale` tensors to the layers' buffers (validated first); returns names."
     if legacy_kv_scale not in ("map", "refuse"):
         raise ValueError(f"legacy_kv_scale={legacy_kv_scale!r}: expected 'map' or 'refuse'")
     by_idx = _layer_map(layers)
@@ -96,8 +97,8 @@ def load_kv_scales(named_tensors, layers, *, legacy_kv_scale: str = "map") -> se
                       stacklevel=2)
     with torch.no_grad():
         for (i, kind), (_, v) in found.items(): getattr(by_idx[i], f"{kind}_scale").fill_(v)
-    return {f"model.llm.layers.{i}.attn.{kind}_scale" if name.endswith("kv_scale") else name for (i, kind),
-            (name, _) in found.items()}
+    return {f"model.llm.layers.{i}.attn.{kind}_scale" if name.endswith("kv_scale") else name
+            for (i, kind), (name, _) in found.items()}
 
 # %% ../nbs/09_scales.ipynb #2986a814
 class ScaleCoverageWarning(UserWarning):
@@ -149,7 +150,7 @@ class ScaleCoverage:
                 "per-layer scales and ship them as model.llm.layers.<i>.attn.v_scale tensors.")
 
 def check_scale_coverage(loaded_names, quantized_layers, *, warn: bool = True) -> ScaleCoverage:
-    "Coverage of the fp8 layers by loaded q/k/v scale tensors, counted from `loaded_names`; warns (`ScaleCoverageWarning`) on missing `v_scale`s."
+    "Coverage of fp8 layers by q/k/v scales in `loaded_names`; warns (`ScaleCoverageWarning`) on missing `v_scale`s."
     quantized = tuple(sorted({_layer_index(l) for l in quantized_layers}))
     have = {k: set() for k in SCALE_KINDS}
     for name in loaded_names:

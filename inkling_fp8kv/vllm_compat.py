@@ -51,7 +51,8 @@ def probe_imports(modules=INKLING_VLLM_MODULES, *, timeout: float = 600) -> dict
         err = r.stderr.splitlines()
         # a C++ abort's message first
         what = [l.strip() for l in err if "what():" in l] or [l.strip() for l in err if "Error" in l]
-        out[started] = f"interpreter died (exit {r.returncode}): " + (what[0] if what else (r.stderr.strip().splitlines() or ["no output"])[-1])
+        out[started] = (f"interpreter died (exit {r.returncode}): "
+                        + (what[0] if what else (r.stderr.strip().splitlines() or ["no output"])[-1]))
         todo = todo[todo.index(started) + 1:]
     return out
 
@@ -95,7 +96,8 @@ def serving_settings(vllm_config, *, max_model_len: int, max_num_batched_tokens:
                              "pipeline-parallel size 1)")
         yield vllm_config
     finally:
-        mc.max_model_len, sc.max_num_batched_tokens, sc.async_scheduling, cc.num_gpu_blocks_override, cc.block_size, cc.cache_dtype = saved
+        (mc.max_model_len, sc.max_num_batched_tokens, sc.async_scheduling, cc.num_gpu_blocks_override, cc.block_size,
+         cc.cache_dtype) = saved
 
 # %% ../nbs/14_vllm.ipynb #bd0dabd2
 def init_cpu_vllm(vllm_config) -> None:
@@ -106,7 +108,8 @@ def init_cpu_vllm(vllm_config) -> None:
     if model_parallel_is_initialized(): return
     with set_current_vllm_config(vllm_config):
         init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method="file://" + os.path.join(tempfile.mkdtemp(prefix="inkling_fp8kv_dist_"), "init"))
+                                     distributed_init_method="file://" + os.path.join(
+                                         tempfile.mkdtemp(prefix="inkling_fp8kv_dist_"), "init"))
         initialize_model_parallel(1, 1)
 
 # %% ../nbs/14_vllm.ipynb #e9b04381
@@ -124,8 +127,8 @@ def vllm_kv_cache_specs(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, blo
             dtype=torch.bfloat16, sliding_window=cfg.sconv_kernel_size)
         attn = dict(block_size=block_size, num_kv_heads=g.num_kv_heads, head_size=g.head_dim, dtype=kv.storage_dtype,
                     kv_quant_mode=mode)
-        specs[f"model.layers.{i}.attn"] = SlidingWindowSpec(**attn,
-                                                            sliding_window=cfg.sliding_window) if local else FullAttentionSpec(**attn)
+        specs[f"model.layers.{i}.attn"] = (SlidingWindowSpec(**attn, sliding_window=cfg.sliding_window) if local
+                                           else FullAttentionSpec(**attn))
     return specs
 
 def vllm_inkling_config(cfg: InklingConfig, **kw):
@@ -157,7 +160,7 @@ def inkling_config_from_vllm(hf_config) -> InklingConfig:
 
 # %% ../nbs/14_vllm.ipynb #1d294d94
 def build_vllm_layers(vllm_config, cfg: InklingConfig, layer_ids=None, *, attention_cls=None) -> dict:
-    "Build vLLM's `InklingConvState` + attention layers for `cfg` as its decoder layer does (`cfg` becomes the model config): name -> module."
+    "Build vLLM's `InklingConvState` + attention layers for `cfg` (model config) as its decoder does: name -> module."
     from vllm.config import set_current_vllm_config
     from vllm.models.inkling.nvidia.attention import InklingAttention
     from vllm.models.inkling.nvidia.sconv_swa_attn import InklingConvState
@@ -179,7 +182,7 @@ def build_vllm_layers(vllm_config, cfg: InklingConfig, layer_ids=None, *, attent
     return out
 
 def collect_kv_cache_specs(vllm_config) -> dict:
-    "Every registered attention-like layer's spec, as vLLM's GPU model runner collects them (backend customization included)."
+    "Each registered attention-like layer's spec as vLLM's GPU model runner collects it (with backend customization)."
     from vllm.config.vllm import get_layers_from_vllm_config
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.v1.kv_cache_interface import AttentionSpec
@@ -187,7 +190,8 @@ def collect_kv_cache_specs(vllm_config) -> dict:
     out = {}
     for name, layer in get_layers_from_vllm_config(vllm_config, AttentionLayerBase).items():
         spec = layer.get_kv_cache_spec(vllm_config)
-        out[name] = customize_attention_spec(layer.get_attn_backend(), spec) if isinstance(spec, AttentionSpec) else spec
+        out[name] = (customize_attention_spec(layer.get_attn_backend(), spec) if isinstance(spec, AttentionSpec)
+                     else spec)
     return out
 
 # %% ../nbs/14_vllm.ipynb #b9989798
@@ -197,9 +201,10 @@ def _kind(names, spec) -> str:
 
 def vllm_plan(vllm_config, specs: dict, *, tp: int, max_model_len: int, max_num_batched_tokens: int, available_bytes,
               max_concurrent_batches: int = 2, num_gpu_blocks_override: int | None = None) -> dict:
-    "Run vLLM's `get_kv_cache_configs` on `specs` (the same on each of `tp` ranks) and summarize what the server would log."
+    "Run vLLM's `get_kv_cache_configs` on `specs` (same on each of `tp` ranks) and summarize what the server would log."
     from vllm.utils.math_utils import cdiv
-    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config, get_kv_cache_capacity, get_kv_cache_configs
+    from vllm.v1.core.kv_cache_utils import (generate_scheduler_kv_cache_config, get_kv_cache_capacity,
+                                             get_kv_cache_configs)
     budgets = [available_bytes] * tp if isinstance(available_bytes, int) else list(available_bytes)
     if len(budgets) != tp: raise ValueError(f"available_bytes has {len(budgets)} entries for tp={tp}")
     with serving_settings(vllm_config, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
@@ -278,14 +283,14 @@ def use_attention_class(cls):
 # %% ../nbs/14_vllm.ipynb #9ed3a1f1
 @functools.cache
 def fp8_classes() -> dict:
-    "Build (once) the vLLM subclasses: `Fp8InklingAttention`, `InklingFp8ForCausalLM`, `InklingFp8ForConditionalGeneration`."
+    "Build (once) vLLM subclasses `Fp8InklingAttention`, `InklingFp8ForCausalLM`, `InklingFp8ForConditionalGeneration`."
     from vllm.config import get_current_vllm_config
     from vllm.models.inkling.nvidia import model as inkling_model
     from vllm.models.inkling.nvidia.attention import InklingAttention
     from vllm.v1.kv_cache_interface import KVQuantMode
 
     class Fp8InklingAttention(InklingAttention):
-        "vLLM's Inkling attention with the fp8 e4m3 KV cache: gate at construction, q_scale, kv_quant_mode, the forward through `layer.InklingAttention`."
+        "vLLM's Inkling attention, fp8 KV cache: init gate, q_scale, kv_quant_mode, `layer.InklingAttention` forward."
         def __init__(self, config, **kw):
             vllm_config = get_current_vllm_config()
             cache_dtype = vllm_config.cache_config.cache_dtype if vllm_config.cache_config is not None else "auto"
@@ -294,7 +299,7 @@ def fp8_classes() -> dict:
             self.kv = kv
             self.register_buffer("q_scale", torch.ones((), dtype=torch.float32))
             self._descales = None                       # bf16 layers: host floats, set by refresh_descales()
-            # the fp8 forward: this package's layer, holding this layer's own parameters and scale buffers (shared, not copied).
+            # fp8 forward: this package's layer on this layer's own parameters and scale buffers (shared, not copied)
             # A plain attribute, not a submodule, so vLLM sees each tensor once, under its own name.
             self.__dict__["core"] = _core_layer(self, vllm_config, cache_dtype, kv) if kv.quantized else None
             self.geom = self.core.geom if kv.quantized else None
@@ -313,9 +318,10 @@ def fp8_classes() -> dict:
             return self.core.descales if self.core is not None else self._descales
 
         def refresh_descales(self) -> dict:
-            "Validate the q/k/v scales and cache them as host floats (the core's `process_weights_after_loading`), so the forward never syncs on them."
+            "Validate q/k/v scales; cache host floats (core's `process_weights_after_loading`): forward never syncs."
             if self.core is None:
-                self._descales = {n: validate_scale(f"{self.prefix}.{n}", getattr(self, n)) for n in ("q_scale", "k_scale", "v_scale")}
+                self._descales = {n: validate_scale(f"{self.prefix}.{n}", getattr(self, n))
+                                  for n in ("q_scale", "k_scale", "v_scale")}
                 return dict(self._descales)
             # vLLM may have replaced a tensor since (weight processing, a move)
             _share_tensors(self, self.core)
@@ -348,7 +354,7 @@ def __getattr__(name):
 
 # %% ../nbs/14_vllm.ipynb #ab840e3f
 def finalize_fp8_scales(model, loaded: set):
-    "After (re)loading weights: validate and cache every fp8 layer's scales; the coverage report (+ warning) of `loaded`, or None without fp8 layers."
+    "After (re)loading weights: validate, cache fp8 layers' scales; coverage report (+ warning) or None (no fp8 layer)."
     layers = {n: m for n, m in model.named_modules() if hasattr(m, "refresh_descales")}
     for m in layers.values(): m.refresh_descales()
     quantized = [n for n, m in layers.items() if m.kv.quantized]
@@ -365,7 +371,7 @@ def _share_tensors(layer, core: CoreAttention) -> None:
     for n in ("q_scale", "k_scale", "v_scale"): setattr(core, n, getattr(layer, n))
 
 def _core_layer(layer, vllm_config, cache_dtype: str, kv: KVCacheDtype) -> CoreAttention:
-    "This package's layer for a vLLM Inkling attention layer: same config, TP rank geometry, gate verdict; its tensors are the vLLM layer's."
+    "This package's layer for a vLLM Inkling attention layer: same config, TP geometry, gate verdict, tensors."
     from vllm.distributed import get_tensor_model_parallel_world_size
     cfg = inkling_config_from_vllm(vllm_config.model_config.hf_text_config)
     idx = int(layer.prefix.split("layers.")[-1].split(".")[0])
@@ -373,8 +379,9 @@ def _core_layer(layer, vllm_config, cache_dtype: str, kv: KVCacheDtype) -> CoreA
                          capability=kv.capability, platform=kv.platform, kernels="triton",
                          device=layer.q_norm.weight.device)
     g = core.geom
-    if (g.num_heads, g.num_kv_heads, g.window, g.rel_extent, core.is_local) != (layer.num_heads, layer.num_kv_heads, layer.local_extent,
-                                                                               layer.local_extent if layer.is_local else cfg.rel_extent, layer.is_local):
+    if ((g.num_heads, g.num_kv_heads, g.window, g.rel_extent, core.is_local)
+            != (layer.num_heads, layer.num_kv_heads, layer.local_extent,
+                layer.local_extent if layer.is_local else cfg.rel_extent, layer.is_local)):
         raise ValueError(f"{layer.prefix}: vLLM's layer and the config disagree on the geometry ({g})")
     core.prefix = layer.prefix                       # messages name the tensors as vLLM does
     _share_tensors(layer, core)
@@ -401,7 +408,7 @@ def _eager_core_forward():
     return eager_break_during_capture(_core_forward)
 
 def fp8_attention_forward(layer, positions, hidden_states, log_scaling=None) -> torch.Tensor:
-    "fp8 forward of an `Fp8InklingAttention`: vLLM's qkvr projection, `layer.InklingAttention` on vLLM's caches and metadata, vLLM's o-projection."
+    "fp8 forward of `Fp8InklingAttention`: vLLM's qkvr proj, `layer.InklingAttention` on vLLM's caches/meta, o_proj."
     from vllm.forward_context import get_forward_context
     T = hidden_states.shape[0]
     qkvr, _ = layer.qkvr(hidden_states)

@@ -388,7 +388,8 @@ def _prefill_sm90_kernel(Q, k_desc, v_desc, REL, OUT, BT, SEQ, CU,
 # %% ../nbs/07c_attention_sm90.ipynb #8d2b44a3
 def _rows_2d(cache: torch.Tensor):
     """`(view, rows per block, rows per head, columns per head)` of a cache whose pages are token rows, or None: the 2-D
-    tensor TMA reads, row `block * rows_per_block + head * rows_per_head + offset`, column `head * cols_per_head + d`."""
+    tensor TMA reads, row `block * rows_per_block + head * rows_per_head + offset`,
+    column `head * cols_per_head + d`."""
     nblk, page, H, D = cache.shape
     sb, sp, sh, sd = cache.stride()
     if sd != 1 or sp < D or sb % sp: return None
@@ -411,38 +412,48 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
         if q.device.type != "cuda": return f"q is on {q.device}: the SM90 kernel runs on a CUDA GPU"
         if triton_target() != "cuda": return "TRITON_INTERPRET=1: Gluon kernels do not run in the interpreter"
         capability = torch.cuda.get_device_capability(q.device)
-    if tuple(capability) != (9, 0): return f"compute capability {tuple(capability)}: the SM90 kernel (wgmma) is verified on (9, 0) only"
+    if tuple(capability) != (9, 0):
+        return f"compute capability {tuple(capability)}: the SM90 kernel (wgmma) is verified on (9, 0) only"
     if not q.dtype == k_cache.dtype == v_cache.dtype == E4M3_DTYPE:
-        return f"q/k_cache/v_cache are {q.dtype}/{k_cache.dtype}/{v_cache.dtype}: the SM90 kernel is for e4m3 q and caches"
+        return (f"q/k_cache/v_cache are {q.dtype}/{k_cache.dtype}/{v_cache.dtype}: the SM90 kernel is for e4m3 q and "
+                "caches")
     if not (isinstance(max_seqlen_q, int) and max_seqlen_q > 1):
         return f"max_seqlen_q={max_seqlen_q}: a decode batch (max_seqlen_q == 1) runs the portable split-KV kernel"
-    if q.dim() != 3 or q.shape[-1] != 128 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.shape[-1] != 128:
-        return f"q {tuple(q.shape)}, caches {tuple(k_cache.shape)}/{tuple(v_cache.shape)}: the SM90 kernel needs head dim 128"
+    if (q.dim() != 3 or q.shape[-1] != 128 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape
+            or k_cache.shape[-1] != 128):
+        return (f"q {tuple(q.shape)}, caches {tuple(k_cache.shape)}/{tuple(v_cache.shape)}: the SM90 kernel needs head "
+                "dim 128")
     Hq, (page, Hkv) = q.shape[1], k_cache.shape[1:3]
     G = Hq // Hkv if Hkv and Hq % Hkv == 0 else 0
     if G < 1 or G & (G - 1) or 128 % G:
-        return f"Hq={Hq}, Hkv={Hkv}: a 128-row tile packs 128 / G tokens x G heads, so G = Hq / Hkv must be a power of two <= 128"
+        return (f"Hq={Hq}, Hkv={Hkv}: a 128-row tile packs 128 / G tokens x G heads, so G = Hq / Hkv must be a power "
+                "of two <= 128")
     if page % 8 or not (128 % page == 0 or page % 128 == 0):
-        return (f"block_size {page}: a TMA box per page must cover whole 8-row swizzle atoms and a 128-key tile whole pages "
-                "(a multiple of 8 that divides 128, or a multiple of 128)")
+        return (f"block_size {page}: a TMA box per page must cover whole 8-row swizzle atoms and a 128-key tile whole "
+                "pages (a multiple of 8 that divides 128, or a multiple of 128)")
     rows = []
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
         s = c.stride()
         if c.data_ptr() % 16 or s[1] % 16 or s[2] % 16:
-            return f"{name}: a TMA descriptor needs a 16-byte aligned base and strides (data_ptr % 16 = {c.data_ptr() % 16}, strides {s})"
+            return (f"{name}: a TMA descriptor needs a 16-byte aligned base and strides (data_ptr % 16 = "
+                    f"{c.data_ptr() % 16}, strides {s})")
         r = _rows_2d(c)
         if r is None:
-            return (f"{name} strides {s}: TMA reads the cache as token rows, NHD (stride(0) == block_size * stride(1)) or HND "
-                    "(each head's page a run of rows); other layouts run on the portable kernel")
+            return (f"{name} strides {s}: TMA reads the cache as token rows, NHD (stride(0) == block_size * stride(1)) "
+                    "or HND (each head's page a run of rows); other layouts run on the portable kernel")
         rows.append(r[1:] + (r[0].shape[0],))
-    if rows[0] != rows[1]: return f"k_cache and v_cache address their rows differently {rows}: they must be views of one layout"
+    if rows[0] != rows[1]:
+        return f"k_cache and v_cache address their rows differently {rows}: they must be views of one layout"
     if rows[0][3] >= 2 ** 31: return f"{rows[0][3]} cache rows: the kernel's TMA rows are int32"
     if rel_logits.dtype != torch.bfloat16 or rel_logits.stride(-1) != 1:
-        return f"rel_logits {rel_logits.dtype}, strides {rel_logits.stride()}: the SM90 kernel reads a bf16 bias contiguous in E"
-    if _int32_span(rel_logits) >= 2 ** 31: return f"rel_logits {tuple(rel_logits.shape)}: the bias gather's offsets are int32 (< 2**31)"
+        return (f"rel_logits {rel_logits.dtype}, strides {rel_logits.stride()}: the SM90 kernel reads a bf16 bias "
+                "contiguous in E")
+    if _int32_span(rel_logits) >= 2 ** 31:
+        return f"rel_logits {tuple(rel_logits.shape)}: the bias gather's offsets are int32 (< 2**31)"
     if q.stride(-1) != 1: return f"q strides {q.stride()}: q must be contiguous in its last dimension"
     if out is not None and (out.dtype != torch.bfloat16 or out.shape != q.shape or out.stride(-1) != 1):
-        return f"out {out.dtype} {tuple(out.shape)} strides {out.stride()}: must be bf16 {tuple(q.shape)}, contiguous in the last dimension"
+        return (f"out {out.dtype} {tuple(out.shape)} strides {out.stride()}: must be bf16 {tuple(q.shape)}, contiguous "
+                "in the last dimension")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("rel_logits", rel_logits), ("out", out)):
         if t is not None and t.device != q.device: return f"{name} is on {t.device}, q on {q.device}"
     return None
@@ -457,9 +468,9 @@ def auto_selects(device) -> bool:
     return device.type == "cuda" and tuple(torch.cuda.get_device_capability(device)) in AUTO_CAPABILITIES
 
 # %% ../nbs/07c_attention_sm90.ipynb #bbeabf6b
-def _launch_args(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale, window,
-                 v_scale, threshold, out) -> tuple:
-    "`(grid, args, constexprs)` of one `_prefill_sm90_kernel` launch: host work only (views and descriptors, no device read or allocation)."
+def _launch_args(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
+                 window, v_scale, threshold, out) -> tuple:
+    "`(grid, args, constexprs)` of a `_prefill_sm90_kernel` launch: host-only (views, descriptors; no device read)."
     T, Hq, D = q.shape
     nblk, page, Hkv, _ = k_cache.shape
     G, box = Hq // Hkv, min(page, _BLOCK_N)
@@ -468,14 +479,15 @@ def _launch_args(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_s
     k_desc, v_desc = (TensorDescriptor(c, list(c.shape), list(c.stride()), [box, D], smem) for c in (k2, v2))
     grid = (triton.cdiv(max_seqlen_q, _BLOCK_M // G), seq_lens.shape[0], Hkv)
     args = (q, k_desc, v_desc, rel_logits, out, block_table, seq_lens, cu_seqlens_q,
-            softmax_scale * LOG2E, threshold, v_scale, rel_logits.shape[2], window or 0, k2.shape[0], row_blk, row_head, col_head,
-            q.stride(0), q.stride(1), rel_logits.stride(0), rel_logits.stride(1), out.stride(0), out.stride(1), block_table.stride(0))
-    meta = dict(G=G, BLOCK_N=_BLOCK_N, PAGE=page, BOX=box, STAGES=_STAGES, HAS_WINDOW=window is not None, P_OFFSET=float(MAX_OFFSET),
-                CONSUMER_REGS=_CONSUMER_REGS, num_warps=_NUM_WARPS)
+            softmax_scale * LOG2E, threshold, v_scale, rel_logits.shape[2], window or 0, k2.shape[0], row_blk, row_head,
+            col_head, q.stride(0), q.stride(1), rel_logits.stride(0), rel_logits.stride(1), out.stride(0),
+            out.stride(1), block_table.stride(0))
+    meta = dict(G=G, BLOCK_N=_BLOCK_N, PAGE=page, BOX=box, STAGES=_STAGES, HAS_WINDOW=window is not None,
+                P_OFFSET=float(MAX_OFFSET), CONSUMER_REGS=_CONSUMER_REGS, num_warps=_NUM_WARPS)
     return grid, args, meta
 
 def launch_prefill_sm90(q, k_cache, v_cache, rel_logits, *, out, **kw) -> torch.Tensor:
-    "`prefill_sm90` without its checks, for a caller that has asked `sm90_eligible` already (`rel_attention`'s dispatch)."
+    "`prefill_sm90` without its checks, for a caller that asked `sm90_eligible` already (`rel_attention`'s dispatch)."
     if kw["seq_lens"].shape[0] == 0: return out
     grid, args, meta = _launch_args(q, k_cache, v_cache, rel_logits, out=out, **kw)
     _prefill_sm90_kernel[grid](*args, **meta, maxnreg=_MAXNREG)
@@ -483,15 +495,18 @@ def launch_prefill_sm90(q, k_cache, v_cache, rel_logits, *, out, **kw) -> torch.
 
 def prefill_sm90(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, max_seqlen_q, softmax_scale,
                  window=None, v_scale=1.0, threshold=SAFE_RESCALE_THRESHOLD, out=None) -> torch.Tensor:
-    """fp8 relative-bias prefill on SM90 (Gluon: TMA, fp8 wgmma, two-level accumulation): bf16 `[T, Hq, 128]`. Arguments as
-    `rel_attention`'s trusted path (host floats; the metadata is not read); `NotImplementedError` where `sm90_eligible` refuses."""
+    """fp8 relative-bias prefill on SM90 (Gluon: TMA, fp8 wgmma, two-level accumulation): bf16 `[T, Hq, 128]`.
+    Arguments as `rel_attention`'s trusted path (host floats; the metadata is not read); `NotImplementedError` where
+    `sm90_eligible` refuses."""
     why = sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=out)
     if why is not None: raise NotImplementedError(f"prefill_sm90 cannot run this call: {why}")
     check_rescale_threshold(threshold)
     for name, x in (("softmax_scale", softmax_scale), ("v_scale", v_scale)):
-        if not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0): raise ValueError(f"{name} must be a finite float > 0, got {x!r}")
-    if window is not None and not (isinstance(window, int) and window >= 1): raise ValueError(f"window must be None or an int >= 1, got {window!r}")
+        if not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0):
+            raise ValueError(f"{name} must be a finite float > 0, got {x!r}")
+    if window is not None and not (isinstance(window, int) and window >= 1):
+        raise ValueError(f"window must be None or an int >= 1, got {window!r}")
     if out is None: out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
-    return launch_prefill_sm90(q, k_cache, v_cache, rel_logits, block_table=block_table, seq_lens=seq_lens, cu_seqlens_q=cu_seqlens_q,
-                                max_seqlen_q=max_seqlen_q, softmax_scale=float(softmax_scale), window=window, v_scale=float(v_scale),
-                                threshold=float(threshold), out=out)
+    return launch_prefill_sm90(q, k_cache, v_cache, rel_logits, block_table=block_table, seq_lens=seq_lens,
+                               cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, softmax_scale=float(softmax_scale),
+                               window=window, v_scale=float(v_scale), threshold=float(threshold), out=out)

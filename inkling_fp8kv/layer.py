@@ -27,7 +27,7 @@ KERNELS = ("auto", "triton", "reference")
 SCALE_NAMES = ("q_scale", "k_scale", "v_scale")
 
 def detect_platform() -> str:
-    "The platform of a layer built with `platform=None`: 'cuda' (or 'rocm') when a GPU is visible, else 'cpu' (the Triton interpreter)."
+    "Platform for `platform=None`: 'cuda' (or 'rocm') when a GPU is visible, else 'cpu' (the Triton interpreter)."
     if torch.cuda.is_available(): return "rocm" if getattr(torch.version, "hip", None) else "cuda"
     return "cpu"
 
@@ -36,8 +36,9 @@ def resolve_kernels(kernels: str, platform: str) -> str:
     if kernels not in KERNELS: raise ValueError(f"kernels={kernels!r}: expected one of {KERNELS}")
     if kernels == "auto": return "reference" if platform == "cpu" else "triton"
     if kernels == "triton" and platform == "cpu" and triton_target() != "interpreter":
-        raise RuntimeError("kernels='triton' on a CPU runs the Triton interpreter, which needs TRITON_INTERPRET=1 in the environment "
-                           "before inkling_fp8kv is imported (library code never sets it); or use kernels='reference'")
+        raise RuntimeError("kernels='triton' on a CPU runs the Triton interpreter, which needs TRITON_INTERPRET=1 in "
+                           "the environment before inkling_fp8kv is imported (library code never sets it); or use "
+                           "kernels='reference'")
     return kernels
 
 # %% ../nbs/08_layer.ipynb #a6f215d7
@@ -59,8 +60,9 @@ class KVCacheSpec:
         return self.block_size * self.num_kv_heads * lanes * self.dtype.itemsize
 
     def shape(self, num_blocks: int) -> tuple:
-        "The tensor vLLM binds for `num_blocks` blocks: `[blocks, Hkv, block, 2·head]` (attention) or `[blocks, Hkv, N, D_pad]` (conv)."
-        return (num_blocks, self.num_kv_heads, self.block_size, self.head_size if self.kind == "conv" else 2 * self.head_size)
+        "Tensor for `num_blocks` blocks: `[blocks, Hkv, block, 2·head]` (attention), `[blocks, Hkv, N, D_pad]` (conv)."
+        return (num_blocks, self.num_kv_heads, self.block_size,
+                self.head_size if self.kind == "conv" else 2 * self.head_size)
 
 # %% ../nbs/08_layer.ipynb #c77925fe
 class _Weight(nn.Module):
@@ -78,18 +80,21 @@ def _version(t: torch.Tensor):
     except RuntimeError: return None          # inference-mode tensors keep no version counter
 
 class InklingAttention(nn.Module):
-    "One Inkling attention layer (local or global) with a bf16 or fp8 e4m3 KV cache: `forward(qkvr, meta)` → bf16 `[T, Hq, 128]`."
-    def __init__(self, cfg: InklingConfig, layer_idx: int, *, tp: int = 1, kv_cache_dtype: str = "auto", capability=None,
-                 platform: str | None = None, kernels: str = "auto", device=None):
+    "Inkling attention layer (local/global), bf16 or fp8 e4m3 KV cache: `forward(qkvr, meta)` → bf16 `[T, Hq, 128]`."
+    def __init__(self, cfg: InklingConfig, layer_idx: int, *, tp: int = 1, kv_cache_dtype: str = "auto",
+                 capability=None, platform: str | None = None, kernels: str = "auto", device=None):
         super().__init__()
-        if not isinstance(cfg, InklingConfig): raise TypeError(f"cfg must be an InklingConfig, got {type(cfg).__name__}")
+        if not isinstance(cfg, InklingConfig):
+            raise TypeError(f"cfg must be an InklingConfig, got {type(cfg).__name__}")
         if not (isinstance(layer_idx, int) and not isinstance(layer_idx, bool) and 0 <= layer_idx < cfg.num_layers):
             raise ValueError(f"layer_idx={layer_idx!r}: expected an int in [0, {cfg.num_layers})")
         self.platform = platform if platform is not None else ("cuda" if capability is not None else detect_platform())
-        self.kv: KVCacheDtype = resolve_kv_cache_dtype(kv_cache_dtype, capability=capability, platform=self.platform)   # the gate
+        # the gate
+        self.kv: KVCacheDtype = resolve_kv_cache_dtype(kv_cache_dtype, capability=capability, platform=self.platform)
         self.kernels = resolve_kernels(kernels, self.platform)
         if self.kernels == "triton" and "triton" not in self.kv.backends:
-            raise NotImplementedError(f"kernels='triton' does not serve kv_cache_dtype={kv_cache_dtype!r} here; the gate allows {self.kv.backends}")
+            raise NotImplementedError(f"kernels='triton' does not serve kv_cache_dtype={kv_cache_dtype!r} here; the "
+                                      f"gate allows {self.kv.backends}")
         self.cfg, self.layer_idx, self.tp = cfg, layer_idx, tp
         self.is_local = cfg.is_local(layer_idx)
         self.geom: RankGeometry = cfg.rank(tp, self.is_local)
@@ -99,7 +104,8 @@ class InklingAttention(nn.Module):
         self.q_norm, self.k_norm = _Weight(torch.ones(g.head_dim, **bf)), _Weight(torch.ones(g.head_dim, **bf))
         self.rel_logits_proj = _RelLogitsProj(torch.zeros(g.d_rel, g.rel_extent, **bf))
         C = g.num_kv_heads * g.head_dim
-        self.k_sconv, self.v_sconv = _Weight(torch.zeros(C, 1, SCONV_WIDTH, **bf)), _Weight(torch.zeros(C, 1, SCONV_WIDTH, **bf))
+        self.k_sconv, self.v_sconv = (_Weight(torch.zeros(C, 1, SCONV_WIDTH, **bf)),
+                                      _Weight(torch.zeros(C, 1, SCONV_WIDTH, **bf)))
         for n in SCALE_NAMES: self.register_buffer(n, torch.ones((), dtype=torch.float32, device=device))
         self.register_buffer("_kernel_scales", torch.ones(3, dtype=torch.float32, device=device), persistent=False)
         self.kv_cache = self.k_cache = self.v_cache = self.conv_cache = None
@@ -110,8 +116,9 @@ class InklingAttention(nn.Module):
 
     def extra_repr(self) -> str:
         g = self.geom
-        return (f"layer={self.layer_idx}, {'local' if self.is_local else 'global'}, Hq={g.num_heads}, Hkv={g.num_kv_heads}, "
-                f"E={g.rel_extent}, window={g.window}, kv_cache_dtype={self.kv.name}, kernels={self.kernels}")
+        return (f"layer={self.layer_idx}, {'local' if self.is_local else 'global'}, Hq={g.num_heads}, "
+                f"Hkv={g.num_kv_heads}, E={g.rel_extent}, window={g.window}, kv_cache_dtype={self.kv.name}, "
+                f"kernels={self.kernels}")
 
     def prep_weights(self) -> PrepWeights:
         "The prep's weights as views of this layer's parameters (no copy)."
@@ -123,14 +130,15 @@ class InklingAttention(nn.Module):
         bs = block_size or self.block_size
         if bs is None: raise ValueError("no cache is bound: pass block_size")
         g = self.geom
-        return KVCacheSpec("sliding" if self.is_local else "full", bs, g.num_kv_heads, g.head_dim, self.kv.storage_dtype,
-                           self.kv.kv_quant_mode, g.window)
+        return KVCacheSpec("sliding" if self.is_local else "full", bs, g.num_kv_heads, g.head_dim,
+                           self.kv.storage_dtype, self.kv.kv_quant_mode, g.window)
 
     def conv_cache_spec(self, block_size: int | None = None) -> KVCacheSpec:
         "This layer's conv-state spec: bf16, never quantized, a window of the conv width."
         bs = block_size or self.conv_block_size or self.cfg.sconv_kernel_size
         g = self.geom
-        return KVCacheSpec("conv", bs, g.num_kv_heads, g.conv_width_padded, torch.bfloat16, "NONE", self.cfg.sconv_kernel_size)
+        return KVCacheSpec("conv", bs, g.num_kv_heads, g.conv_width_padded, torch.bfloat16, "NONE",
+                           self.cfg.sconv_kernel_size)
 
     def _apply(self, fn, recurse=True):
         keep = {n: self._buffers[n] for n in (*SCALE_NAMES, "_kernel_scales")}
@@ -151,12 +159,13 @@ def _scales_fresh(self: InklingAttention) -> bool:
     return stamp is not None and all(a is b and va == vb for (a, va), (b, vb) in zip(stamp, self._scale_stamp()))
 
 def _process_weights_after_loading(self: InklingAttention) -> dict:
-    "Validate the q/k/v scales, cache their host floats and the folded softmax scale, and copy them to the tensor the kernels read; run after every (re)load."
+    "Validate q/k/v scales, cache host floats and folded softmax scale, copy them to the kernels; run after (re)loads."
     d = {}
     for n in SCALE_NAMES:
         t = getattr(self, n)
         if not (isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.dim() == 0):
-            raise ValueError(f"{self.prefix}.{n} must be a 0-dim fp32 buffer, got {getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+            raise ValueError(f"{self.prefix}.{n} must be a 0-dim fp32 buffer, got "
+                             f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
         d[n] = validate_scale(f"{self.prefix}.{n}", t)                 # the one read of device values, once per load
     if self.kv.quantized:
         for n in ("k_scale", "v_scale"): check_scale_range(f"{self.prefix}.{n}", d[n])
@@ -174,38 +183,47 @@ InklingAttention.process_weights_after_loading = _process_weights_after_loading
 
 # %% ../nbs/08_layer.ipynb #1154d679
 def _bind_cache(self: InklingAttention, kv_cache: torch.Tensor, conv_cache: torch.Tensor) -> InklingAttention:
-    "Bind vLLM's packed KV cache `[blocks, Hkv, block, 2·128]` (uint8 → e4m3 view for fp8, else bf16) and the bf16 conv cache `[blocks, Hkv, N, D_pad]`."
+    "Bind vLLM's KV cache `[blocks, Hkv, block, 2·128]` (uint8: e4m3 view), bf16 conv cache `[blocks, Hkv, N, D_pad]`."
     g, D = self.geom, self.geom.head_dim
     for name, t in (("kv_cache", kv_cache), ("conv_cache", conv_cache)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4: raise ValueError(f"{name} must be a 4-D tensor, got {type(t).__name__} {getattr(t, 'shape', '')}")
-        if t.stride(-1) != 1: raise ValueError(f"{name} must have unit stride along its last dim, got strides {t.stride()}")
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name} must be a 4-D tensor, got {type(t).__name__} {getattr(t, 'shape', '')}")
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have unit stride along its last dim, got strides {t.stride()}")
     if kv_cache.shape[1] != g.num_kv_heads or kv_cache.shape[3] != 2 * D:
-        raise ValueError(f"kv_cache must be [num_blocks, {g.num_kv_heads}, block_size, {2 * D}] (vLLM's packed K|V layout), got {tuple(kv_cache.shape)}")
+        raise ValueError(f"kv_cache must be [num_blocks, {g.num_kv_heads}, block_size, {2 * D}] (vLLM's packed K|V "
+                         f"layout), got {tuple(kv_cache.shape)}")
     if kv_cache.dtype not in (self.kv.storage_dtype, self.kv.compute_dtype):
-        raise ValueError(f"kv_cache dtype {kv_cache.dtype}: kv_cache_dtype={self.kv.requested!r} allocates {self.kv.storage_dtype}")
+        raise ValueError(f"kv_cache dtype {kv_cache.dtype}: kv_cache_dtype={self.kv.requested!r} allocates "
+                         f"{self.kv.storage_dtype}")
     want = (g.num_kv_heads, g.conv_width_padded)
     if (conv_cache.shape[1], conv_cache.shape[3]) != want or conv_cache.dtype != torch.bfloat16:
-        raise ValueError(f"conv_cache must be bf16 [num_blocks, {want[0]}, N, {want[1]}], got {conv_cache.dtype} {tuple(conv_cache.shape)}")
+        raise ValueError(f"conv_cache must be bf16 [num_blocks, {want[0]}, N, {want[1]}], got {conv_cache.dtype} "
+                         f"{tuple(conv_cache.shape)}")
     dev = self.q_scale.device
     if kv_cache.device != dev or conv_cache.device != dev:
-        raise ValueError(f"caches on {kv_cache.device}/{conv_cache.device}, layer on {dev}: bind caches on the layer's device")
+        raise ValueError(f"caches on {kv_cache.device}/{conv_cache.device}, layer on {dev}: bind caches on the layer's "
+                         "device")
     by_token = kv_cache.view(self.kv.compute_dtype).transpose(1, 2)          # [blocks, block, Hkv, 2·128], same bytes
     self.kv_cache, self.conv_cache = kv_cache, conv_cache
     self.k_cache, self.v_cache = by_token[..., :D], by_token[..., D:]
     self.block_size, self.conv_block_size = kv_cache.shape[2], conv_cache.shape[2]
     return self
 
-def _alloc_caches(self: InklingAttention, num_blocks: int, block_size: int, conv_num_blocks: int, conv_block_size: int = 4,
-                  *, layout: str = "HND") -> tuple:
+def _alloc_caches(self: InklingAttention, num_blocks: int, block_size: int, conv_num_blocks: int,
+                  conv_block_size: int = 4, *, layout: str = "HND") -> tuple:
     "Fresh `(kv_cache, conv_cache)` in vLLM's shapes and this layer's dtypes (uninitialized), e.g. for `bind_cache`."
     g = self.geom
-    if min(num_blocks, block_size, conv_num_blocks, conv_block_size) < 1: raise ValueError("cache dimensions must be >= 1")
+    if min(num_blocks, block_size, conv_num_blocks, conv_block_size) < 1:
+        raise ValueError("cache dimensions must be >= 1")
     if layout not in ("HND", "NHD"): raise ValueError(f"layout {layout!r}: expected 'HND' or 'NHD'")
     dev = self.q_scale.device
-    phys = (num_blocks, g.num_kv_heads, block_size, 2 * g.head_dim) if layout == "HND" else (num_blocks, block_size, g.num_kv_heads, 2 * g.head_dim)
+    phys = ((num_blocks, g.num_kv_heads, block_size, 2 * g.head_dim) if layout == "HND"
+            else (num_blocks, block_size, g.num_kv_heads, 2 * g.head_dim))
     kv = torch.empty(phys, dtype=self.kv.storage_dtype, device=dev)
     kv = kv if layout == "HND" else kv.transpose(1, 2)
-    conv = torch.empty(conv_num_blocks, g.num_kv_heads, conv_block_size, g.conv_width_padded, dtype=torch.bfloat16, device=dev)
+    conv = torch.empty(conv_num_blocks, g.num_kv_heads, conv_block_size, g.conv_width_padded, dtype=torch.bfloat16,
+                       device=dev)
     return kv, conv
 
 InklingAttention.bind_cache = _bind_cache
@@ -214,36 +232,44 @@ InklingAttention.alloc_caches = _alloc_caches
 # %% ../nbs/08_layer.ipynb #b7414065
 def _check_ready(self: InklingAttention, qkvr: torch.Tensor, meta: BatchMeta):
     "Host-side checks before a forward (no device data is read)."
-    if self.k_cache is None: raise RuntimeError(f"{self.prefix}: no cache bound; call bind_cache(kv_cache, conv_cache) first")
+    if self.k_cache is None:
+        raise RuntimeError(f"{self.prefix}: no cache bound; call bind_cache(kv_cache, conv_cache) first")
     if not self._scales_fresh():
-        raise RuntimeError(f"{self.prefix}: the scale buffers changed since process_weights_after_loading() (a load or an in-place edit); "
-                           "call process_weights_after_loading() to validate them and refresh the cached descales, then re-capture "
-                           "any CUDA graph of this layer")
+        raise RuntimeError(f"{self.prefix}: the scale buffers changed since process_weights_after_loading() (a load or "
+                           "an in-place edit); call process_weights_after_loading() to validate them and refresh the "
+                           "cached descales, then re-capture any CUDA graph of this layer")
     if meta.conv_block_table is None or meta.conv_slot_mapping is None:
-        raise ValueError("meta has no conv-group metadata (conv_block_table, conv_slot_mapping): build it with a conv allocator")
+        raise ValueError("meta has no conv-group metadata (conv_block_table, conv_slot_mapping): build it with a conv "
+                         "allocator")
     if qkvr.shape[0] != meta.positions.shape[0] or not 0 < meta.num_actual_tokens <= qkvr.shape[0]:
-        raise ValueError(f"qkvr has {qkvr.shape[0]} rows, meta {meta.positions.shape[0]} positions and {meta.num_actual_tokens} actual tokens")
+        raise ValueError(f"qkvr has {qkvr.shape[0]} rows, meta {meta.positions.shape[0]} positions and "
+                         f"{meta.num_actual_tokens} actual tokens")
 
 @torch.no_grad()
-def _forward(self: InklingAttention, qkvr: torch.Tensor, meta: BatchMeta, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    "Prep (quant-on-store) → query quantization → relative attention: bf16 `[T, Hq, 128]`; no device→host sync on the `triton` path."
+def _forward(self: InklingAttention, qkvr: torch.Tensor, meta: BatchMeta, *,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    "Prep (quant-on-store) → query quant → relative attention: bf16 `[T, Hq, 128]`; no device→host sync with `triton`."
     self._check_ready(qkvr, meta)
     g, fp8, T, nt = self.geom, self.kv.quantized, qkvr.shape[0], meta.num_actual_tokens
-    tau = None if self.is_local else log_scaling_tau(meta.positions, self.cfg.log_scaling_alpha, self.cfg.log_scaling_n_floor)
+    tau = None if self.is_local else log_scaling_tau(meta.positions, self.cfg.log_scaling_alpha,
+                                                     self.cfg.log_scaling_n_floor)
     if out is None: out = torch.empty(T, g.num_heads, g.head_dim, dtype=torch.bfloat16, device=qkvr.device)
     if nt < T: out[nt:].zero_()
-    cache = dict(positions=meta.positions, seq_idx=meta.seq_idx, query_start=meta.query_start, conv_cache=self.conv_cache,
-                 conv_block_table=meta.conv_block_table, conv_slot_mapping=meta.conv_slot_mapping, k_cache=self.k_cache,
-                 v_cache=self.v_cache, slot_mapping=meta.slot_mapping, tau=tau, eps=self.cfg.rms_norm_eps)
+    cache = dict(positions=meta.positions, seq_idx=meta.seq_idx, query_start=meta.query_start,
+                 conv_cache=self.conv_cache, conv_block_table=meta.conv_block_table,
+                 conv_slot_mapping=meta.conv_slot_mapping, k_cache=self.k_cache, v_cache=self.v_cache,
+                 slot_mapping=meta.slot_mapping, tau=tau, eps=self.cfg.rms_norm_eps)
     attn = dict(block_table=meta.block_table, seq_lens=meta.seq_lens, cu_seqlens_q=meta.cu_seqlens_q, window=g.window)
     if self.kernels == "triton":
         ks = (self._kernel_scales[1:2], self._kernel_scales[2:3]) if fp8 else (None, None)
-        q, rel = store.qkvr_prep(qkvr, self.prep_weights(), geom=g, **cache, k_scale=ks[0], v_scale=ks[1], validate=False)
+        q, rel = store.qkvr_prep(qkvr, self.prep_weights(), geom=g, **cache, k_scale=ks[0], v_scale=ks[1],
+                                 validate=False)
         if self._store_hooks: self._observe_store(q, meta)
         q_in = quantize_query(q, self._kernel_scales[0], validate=False) if fp8 else q
         attention.rel_attention(q_in[:nt], self.k_cache, self.v_cache, rel[:nt], **attn, max_seqlen_q=meta.max_seqlen_q,
                                 max_seqlen_k=meta.max_seqlen_k, softmax_scale=self.folded_softmax_scale,
-                                v_scale=self.descales["v_scale"] if fp8 else 1.0, backend="triton", out=out[:nt], validate=False)
+                                v_scale=self.descales["v_scale"] if fp8 else 1.0, backend="triton", out=out[:nt],
+                                validate=False)
         return out
     d = self.descales
     ks = (d["k_scale"], d["v_scale"]) if fp8 else (None, None)
@@ -251,7 +277,8 @@ def _forward(self: InklingAttention, qkvr: torch.Tensor, meta: BatchMeta, *, out
     if self._store_hooks: self._observe_store(q, meta)
     q_in = quantize_query(q, self._kernel_scales[0]) if fp8 else q
     scales = dict(q_scale=d["q_scale"], k_scale=d["k_scale"], v_scale=d["v_scale"]) if fp8 else {}
-    out[:nt] = rel_attention_ref(q_in[:nt], self.k_cache, self.v_cache, rel[:nt], **attn, softmax_scale=self.softmax_scale, **scales)
+    out[:nt] = rel_attention_ref(q_in[:nt], self.k_cache, self.v_cache, rel[:nt], **attn,
+                                 softmax_scale=self.softmax_scale, **scales)
     return out
 
 InklingAttention._check_ready = _check_ready
@@ -292,7 +319,7 @@ InklingAttention._observe_store = _observe_store
 
 # %% ../nbs/08_layer.ipynb #3b049fec
 def load_layer_scales(layers, named_tensors, *, legacy_kv_scale: str = "map"):
-    "Load a checkpoint's q/k/v scales into `layers` (index → `InklingAttention`), re-process every layer, and return the coverage report (warns on missing `v_scale`s)."
+    "Load q/k/v scales into `layers` (index → `InklingAttention`), re-process; returns coverage (warns: no `v_scale`)."
     from inkling_fp8kv.scales import load_kv_scales, check_scale_coverage
     layers = dict(layers) if isinstance(layers, dict) else {m.layer_idx: m for m in layers}
     loaded = load_kv_scales(named_tensors, layers, legacy_kv_scale=legacy_kv_scale)
@@ -301,7 +328,7 @@ def load_layer_scales(layers, named_tensors, *, legacy_kv_scale: str = "map"):
 
 # %% ../nbs/08_layer.ipynb #017634a2
 class LayerGraph:
-    "`layer.forward` captured in a CUDA graph for one batch shape; `graph(qkvr, meta)` copies new inputs in and replays. Re-capture after a reload."
+    "CUDA graph of `layer.forward`, one batch shape; `graph(qkvr, meta)` copies inputs, replays. Recapture on reload."
     _TENSORS = ("positions", "seq_idx", "query_start", "seq_lens", "cu_seqlens_q", "block_table", "slot_mapping",
                 "conv_block_table", "conv_slot_mapping")
 
@@ -312,24 +339,28 @@ class LayerGraph:
         self.meta = replace(meta, **{f: getattr(meta, f).clone() for f in self._TENSORS})
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s): layer(self.qkvr, self.meta)          # compile and settle the allocator outside the capture
+        # compile and settle the allocator outside the capture
+        with torch.cuda.stream(s): layer(self.qkvr, self.meta)
         torch.cuda.current_stream().wait_stream(s)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool): self.out = layer(self.qkvr, self.meta)
 
     def __call__(self, qkvr: torch.Tensor, meta: BatchMeta) -> torch.Tensor:
-        "Replay on new inputs of the captured shapes; returns the graph's output tensor (overwritten by the next replay)."
+        "Replay on new inputs of the captured shapes; returns the graph's output (overwritten by the next replay)."
         if self.layer.scale_version != self.scale_version:
-            raise RuntimeError(f"{self.layer.prefix}: the scales were reloaded (version {self.layer.scale_version}) after this graph was "
-                               f"captured (version {self.scale_version}); capture the graph again")
+            raise RuntimeError(f"{self.layer.prefix}: the scales were reloaded (version {self.layer.scale_version}) "
+                               f"after this graph was captured (version {self.scale_version}); capture the graph again")
         self.layer._check_ready(qkvr, meta)
         m = self.meta
-        if qkvr.shape != self.qkvr.shape or meta.num_actual_tokens != m.num_actual_tokens or meta.max_seqlen_q > m.max_seqlen_q:
-            raise ValueError(f"replay needs the captured shapes: qkvr {tuple(self.qkvr.shape)}, {m.num_actual_tokens} actual tokens, "
-                             f"max_seqlen_q <= {m.max_seqlen_q}; got {tuple(qkvr.shape)}, {meta.num_actual_tokens}, {meta.max_seqlen_q}")
+        if (qkvr.shape != self.qkvr.shape or meta.num_actual_tokens != m.num_actual_tokens
+                or meta.max_seqlen_q > m.max_seqlen_q):
+            raise ValueError(f"replay needs the captured shapes: qkvr {tuple(self.qkvr.shape)}, {m.num_actual_tokens} "
+                             f"actual tokens, max_seqlen_q <= {m.max_seqlen_q}; got {tuple(qkvr.shape)}, "
+                             f"{meta.num_actual_tokens}, {meta.max_seqlen_q}")
         for f in self._TENSORS:
             src, dst = getattr(meta, f), getattr(m, f)
-            if src.shape != dst.shape: raise ValueError(f"meta.{f} has shape {tuple(src.shape)}, captured {tuple(dst.shape)}")
+            if src.shape != dst.shape:
+                raise ValueError(f"meta.{f} has shape {tuple(src.shape)}, captured {tuple(dst.shape)}")
             dst.copy_(src)
         self.qkvr.copy_(qkvr)
         self.graph.replay()
@@ -342,7 +373,7 @@ def _int_class(n: int) -> str:
 
 @dataclass(frozen=True, order=True)
 class WarmupKey:
-    "One compile class of a layer's forward: its fixed geometry and dtypes, and the per-batch values Triton specializes on."
+    "One compile class of a layer's forward: fixed geometry and dtypes, and the per-batch values Triton specializes on."
     kernels: str
     is_local: bool
     num_heads: int
@@ -370,14 +401,15 @@ def _warmup_key(self: InklingAttention, num_tokens: int, num_reqs: int, max_seql
     else: name, splits = "", 1
     launch = store.prep_launch(g, num_tokens)
     cdt = str(self.kv.compute_dtype).removeprefix("torch.")
-    return WarmupKey(self.kernels, self.is_local, g.num_heads, g.num_kv_heads, g.head_dim, g.rel_extent, g.window or 0, "bfloat16",
-                     cdt, cdt, self.block_size, self.conv_block_size, 1 << (max_seqlen_q - 1).bit_length(), splits, name,
-                     (launch[0], *map(_int_class, launch[1:])), tuple(map(_int_class, (block_table_stride, conv_table_stride, conv_table_width))))
+    return WarmupKey(self.kernels, self.is_local, g.num_heads, g.num_kv_heads, g.head_dim, g.rel_extent, g.window or 0,
+                     "bfloat16", cdt, cdt, self.block_size, self.conv_block_size, 1 << (max_seqlen_q - 1).bit_length(),
+                     splits, name, (launch[0], *map(_int_class, launch[1:])),
+                     tuple(map(_int_class, (block_table_stride, conv_table_stride, conv_table_width))))
 
 def _compile_key(self: InklingAttention, qkvr: torch.Tensor, meta: BatchMeta) -> WarmupKey:
     "The `WarmupKey` of `self(qkvr, meta)`."
-    return self._warmup_key(qkvr.shape[0], meta.seq_lens.shape[0], meta.max_seqlen_q, meta.max_seqlen_k, meta.block_table.stride(0),
-                            meta.conv_block_table.stride(0), meta.conv_block_table.shape[1])
+    return self._warmup_key(qkvr.shape[0], meta.seq_lens.shape[0], meta.max_seqlen_q, meta.max_seqlen_k,
+                            meta.block_table.stride(0), meta.conv_block_table.stride(0), meta.conv_block_table.shape[1])
 
 InklingAttention._warmup_key = _warmup_key
 InklingAttention.compile_key = _compile_key
@@ -385,10 +417,12 @@ InklingAttention.compile_key = _compile_key
 # %% ../nbs/08_layer.ipynb #ebffbac2
 def _warmup_plan(self: InklingAttention, *, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
                  block_table_width: int | None = None, conv_block_table_width: int | None = None) -> dict:
-    "Every key a server with these limits can meet, each with one batch shape `(T, num_reqs, max_seqlen_q, max_seqlen_k)` that has it."
-    if self.k_cache is None: raise RuntimeError(f"{self.prefix}: bind the caches first (the keys depend on their block sizes)")
+    "Each key a server with these limits meets, with a batch shape `(T, num_reqs, max_seqlen_q, max_seqlen_k)` of it."
+    if self.k_cache is None:
+        raise RuntimeError(f"{self.prefix}: bind the caches first (the keys depend on their block sizes)")
     if self.kernels != "triton": return {}                              # the reference path compiles nothing
-    for n, v in dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len).items():
+    for n, v in dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                     max_model_len=max_model_len).items():
         if not (isinstance(v, int) and v >= 1): raise ValueError(f"{n} must be an int >= 1, got {v!r}")
     bt = block_table_width or -(-max_model_len // self.block_size)
     cbt = conv_block_table_width or -(-max_model_len // self.conv_block_size)
@@ -397,13 +431,15 @@ def _warmup_plan(self: InklingAttention, *, max_num_seqs: int, max_num_batched_t
     plan = {}
     def add(T, B, mq, mk): plan.setdefault(self._warmup_key(T, B, mq, mk, bt, cbt, cbt), (T, B, mq, mk))
     g, fp8, dev = self.geom, self.kv.quantized, self.q_scale.device
-    for B in range(1, min(max_num_seqs, max_num_batched_tokens) + 1):   # decode batches: every split count their lengths give
+    # decode batches: every split count their lengths give
+    for B in range(1, min(max_num_seqs, max_num_batched_tokens) + 1):
         bn = attention.decode_config(B, fp8=fp8, device=dev)[1]["block_n"]
         for s in range(1, attention.MAX_SPLITS + 1):
             mk = min((s - 1) * bn + 1, max_model_len)
             add(B, B, 1, mk)
             if mk == max_model_len: break
-    for T in range(2, max_num_batched_tokens + 1):                       # batches with a prefill: every feasible query bucket
+    # batches with a prefill: every feasible query bucket
+    for T in range(2, max_num_batched_tokens + 1):
         b = 2
         while b // 2 < min(T, max_model_len):
             mq = min(b, T, max_model_len)
@@ -412,7 +448,7 @@ def _warmup_plan(self: InklingAttention, *, max_num_seqs: int, max_num_batched_t
     return plan
 
 def _warmup_keys(self: InklingAttention, **limits) -> tuple:
-    "Sorted `WarmupKey`s of every forward a server with these limits (`max_num_seqs`, `max_num_batched_tokens`, `max_model_len`) can run."
+    "Sorted `WarmupKey`s of all forwards a server can run at `max_num_seqs`, `max_num_batched_tokens`, `max_model_len`."
     return tuple(sorted(self._warmup_plan(**limits)))
 
 def _scratch_lens(T: int, B: int, mq: int, mk: int) -> tuple:
@@ -422,21 +458,23 @@ def _scratch_lens(T: int, B: int, mq: int, mk: int) -> tuple:
     return q_lens, q_lens
 
 def _scratch_meta(self: InklingAttention, q_lens: list, seq_lens: list, bt: int, cbt: int) -> BatchMeta:
-    "Metadata of a batch with these lengths that writes nothing: every slot −1, every table entry block 0, tables `bt`/`cbt` wide."
+    "Metadata of a batch of these lengths writing nothing: slots −1, table entries block 0, tables `bt`/`cbt` wide."
     T, B, mq = sum(q_lens), len(q_lens), max(q_lens)
     cu = [0]
     for n in q_lens: cu.append(cu[-1] + n)
-    dev, i32, i64 = self.q_scale.device, dict(dtype=torch.int32, device=self.q_scale.device), dict(dtype=torch.int64, device=self.q_scale.device)
+    dev, i32, i64 = (self.q_scale.device, dict(dtype=torch.int32, device=self.q_scale.device),
+                     dict(dtype=torch.int64, device=self.q_scale.device))
     pos = [p for n, s in zip(q_lens, seq_lens) for p in range(s - n, s)]
     return BatchMeta(req_ids=list(range(B)), positions=torch.tensor(pos, **i64),
                      seq_idx=torch.tensor([b for b, n in enumerate(q_lens) for _ in range(n)], **i32),
                      query_start=torch.tensor([cu[b] for b, n in enumerate(q_lens) for _ in range(n)], **i32),
-                     seq_lens=torch.tensor(seq_lens, **i32), cu_seqlens_q=torch.tensor(cu, **i32), max_seqlen_q=mq, max_seqlen_k=max(seq_lens),
-                     num_actual_tokens=T, block_table=torch.zeros(B, bt, **i32), slot_mapping=torch.full((T,), -1, **i64),
-                     conv_block_table=torch.zeros(B, cbt, **i32), conv_slot_mapping=torch.full((T,), -1, **i64))
+                     seq_lens=torch.tensor(seq_lens, **i32), cu_seqlens_q=torch.tensor(cu, **i32), max_seqlen_q=mq,
+                     max_seqlen_k=max(seq_lens), num_actual_tokens=T, block_table=torch.zeros(B, bt, **i32),
+                     slot_mapping=torch.full((T,), -1, **i64), conv_block_table=torch.zeros(B, cbt, **i32),
+                     conv_slot_mapping=torch.full((T,), -1, **i64))
 
 def _warmup(self: InklingAttention, **limits) -> int:
-    "Compile every `warmup_keys(**limits)` class by one forward each on scratch metadata (no cache byte written); returns the forwards run."
+    "Compile each `warmup_keys(**limits)` class: a forward on scratch metadata (no cache write); returns forwards run."
     plan = self._warmup_plan(**limits)
     if triton_target() in (None, "interpreter"): return 0               # the interpreter compiles nothing
     bt = limits.get("block_table_width") or -(-limits["max_model_len"] // self.block_size)

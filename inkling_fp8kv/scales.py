@@ -39,26 +39,33 @@ def _layer_map(layers) -> dict:
     if isinstance(layers, Mapping): out = dict(layers)
     else:
         try: out = {m.layer_idx: m for m in layers}
-        except (TypeError, AttributeError): raise TypeError("layers must map layer index -> layer, or be an iterable of layers with a layer_idx") from None
+        except (TypeError, AttributeError):
+            raise TypeError("layers must map layer index -> layer, or be an iterable of layers "
+                            "with a layer_idx") from None
     for i, m in out.items():
         for n in ("q_scale", "k_scale", "v_scale"):
             b = getattr(m, n, None)
             if not (isinstance(b, torch.Tensor) and b.dim() == 0 and b.dtype == torch.float32):
-                raise TypeError(f"layer {i}: {n} must be a 0-dim fp32 buffer, got {getattr(b, 'dtype', type(b).__name__)}")
+                raise TypeError(f"layer {i}: {n} must be a 0-dim fp32 buffer, got "
+                                f"{getattr(b, 'dtype', type(b).__name__)}")
     return out
 
 def _pairs(named_tensors):
-    if isinstance(named_tensors, Mapping): raise TypeError("named_tensors is a mapping: pass its .items() (an iterable of (name, tensor) pairs)")
+    if isinstance(named_tensors, Mapping):
+        raise TypeError("named_tensors is a mapping: pass its .items() (an iterable of (name, tensor) pairs)")
     if isinstance(named_tensors, (str, bytes, torch.Tensor)) or not isinstance(named_tensors, Iterable):
-        raise TypeError(f"named_tensors must be an iterable of (name, tensor) pairs, got {type(named_tensors).__name__}")
+        raise TypeError("named_tensors must be an iterable of (name, tensor) pairs, got "
+                        f"{type(named_tensors).__name__}")
     for item in named_tensors:
         if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
-            raise TypeError(f"named_tensors must yield (name, tensor) pairs, got {type(item).__name__} {str(item)[:80]!r}")
+            raise TypeError(f"named_tensors must yield (name, tensor) pairs, got {type(item).__name__} "
+                            f"{str(item)[:80]!r}")
         yield item
 
 def load_kv_scales(named_tensors, layers, *, legacy_kv_scale: str = "map") -> set:
-    "Copy a checkpoint's `model.llm.layers.<i>.attn.{q,k,v}_scale` tensors into the layers' buffers (all validated first); returns the names loaded."
-    if legacy_kv_scale not in ("map", "refuse"): raise ValueError(f"legacy_kv_scale={legacy_kv_scale!r}: expected 'map' or 'refuse'")
+    "Copy `model.llm.layers.<i>.attn.{q,k,v}_scale` tensors to the layers' buffers (validated first); returns names."
+    if legacy_kv_scale not in ("map", "refuse"):
+        raise ValueError(f"legacy_kv_scale={legacy_kv_scale!r}: expected 'map' or 'refuse'")
     by_idx = _layer_map(layers)
     found, legacy, other = {}, [], []                    # (layer, kind) -> (name, value)
     def put(i, kind, name, value):
@@ -74,18 +81,24 @@ def load_kv_scales(named_tensors, layers, *, legacy_kv_scale: str = "map") -> se
         m = _LEGACY_KV_SCALE.fullmatch(name)
         if m:
             if legacy_kv_scale == "refuse":
-                raise ValueError(f"{name}: a legacy single kv_scale (one scale for K and V); this loader was asked to refuse it. "
-                                 "Write separate k_scale and v_scale tensors (inkling-fp8kv calibrate), or pass legacy_kv_scale='map'")
+                raise ValueError(f"{name}: a legacy single kv_scale (one scale for K and V); this loader was asked to "
+                                 "refuse it. Write separate k_scale and v_scale tensors (inkling-fp8kv calibrate), or "
+                                 "pass legacy_kv_scale='map'")
             for kind in "kv": put(int(m.group(1)), kind, name, t)
             legacy.append(name)
         elif _SCALE_LIKE.search(name): other.append(name)
-    if legacy: _log.warning("mapped %d legacy kv_scale tensor(s) to both k_scale and v_scale (e.g. %s)", len(legacy), legacy[0])
+    if legacy:
+        _log.warning("mapped %d legacy kv_scale tensor(s) to both k_scale and v_scale (e.g. %s)", len(legacy),
+                     legacy[0])
     if other:
-        warnings.warn(f"{len(other)} tensor(s) named like KV scales in another naming scheme were not loaded (e.g. {other[0]!r}); "
-                      "this loader reads model.llm.layers.<i>.attn.{q,k,v}_scale", UnrecognisedScaleWarning, stacklevel=2)
+        warnings.warn(f"{len(other)} tensor(s) named like KV scales in another naming scheme were not loaded (e.g. "
+                      f"{other[0]!r}); "
+                      "this loader reads model.llm.layers.<i>.attn.{q,k,v}_scale", UnrecognisedScaleWarning,
+                      stacklevel=2)
     with torch.no_grad():
         for (i, kind), (_, v) in found.items(): getattr(by_idx[i], f"{kind}_scale").fill_(v)
-    return {f"model.llm.layers.{i}.attn.{kind}_scale" if name.endswith("kv_scale") else name for (i, kind), (name, _) in found.items()}
+    return {f"model.llm.layers.{i}.attn.{kind}_scale" if name.endswith("kv_scale") else name
+            for (i, kind), (name, _) in found.items()}
 
 # %% ../nbs/09_scales.ipynb #2986a814
 class ScaleCoverageWarning(UserWarning):
@@ -97,8 +110,8 @@ def _layer_index(layer) -> int:
     if isinstance(layer, int) and not isinstance(layer, bool) and layer >= 0: return layer
     hits = _LAYER_OF_MODULE.findall(layer) if isinstance(layer, str) else []
     if len(hits) != 1:
-        raise ValueError(f"quantized layer {layer!r}: expected a layer index >= 0 or a module name with one 'layers.<i>' part "
-                         "(e.g. 'model.layers.3.attn')")
+        raise ValueError(f"quantized layer {layer!r}: expected a layer index >= 0 or a module name with one "
+                         "'layers.<i>' part (e.g. 'model.layers.3.attn')")
     return int(hits[0])
 
 def _layer_list(layers: tuple, limit: int = 12) -> str:
@@ -130,14 +143,14 @@ class ScaleCoverage:
     def message(self) -> str:
         "The warning text: how many layers lack a `v_scale`, which, and what goes wrong at unity scale."
         n, miss = len(self.quantized_layers), self.missing_v
-        return (f"fp8 KV cache: the checkpoint provides v_scale tensors for {n - len(miss)} of {n} quantized attention layers "
-                f"(none for layers {_layer_list(miss)}). Those layers store V at v_scale = 1.0, where every |V| above 448 is "
-                "clipped to ±448: V is not normalized and has outliers (max |V| = 1,272 measured in a global layer of Inkling-Small), "
-                "and that clipping costs accuracy on long derivations. Calibrate per-layer scales and ship them as "
-                "model.llm.layers.<i>.attn.v_scale tensors.")
+        return (f"fp8 KV cache: the checkpoint provides v_scale tensors for {n - len(miss)} of {n} quantized attention "
+                f"layers (none for layers {_layer_list(miss)}). Those layers store V at v_scale = 1.0, where every |V| "
+                "above 448 is clipped to ±448: V is not normalized and has outliers (max |V| = 1,272 measured in a "
+                "global layer of Inkling-Small), and that clipping costs accuracy on long derivations. Calibrate "
+                "per-layer scales and ship them as model.llm.layers.<i>.attn.v_scale tensors.")
 
 def check_scale_coverage(loaded_names, quantized_layers, *, warn: bool = True) -> ScaleCoverage:
-    "Coverage of the fp8 layers by loaded q/k/v scale tensors, counted from `loaded_names`; warns (`ScaleCoverageWarning`) on missing `v_scale`s."
+    "Coverage of fp8 layers by q/k/v scales in `loaded_names`; warns (`ScaleCoverageWarning`) on missing `v_scale`s."
     quantized = tuple(sorted({_layer_index(l) for l in quantized_layers}))
     have = {k: set() for k in SCALE_KINDS}
     for name in loaded_names:

@@ -34,7 +34,8 @@ def _sync_kind(func, args, kwargs) -> str | None:
     if name in _SHAPE: return name
     if name in ("__getitem__", "__setitem__") and len(args) > 1 and _is_mask(args[1]): return "mask_index"
     if name == "index_put_" and len(args) > 1 and _is_mask(args[1]): return "mask_index"
-    if name == "repeat_interleave" and len(args) > 1 and isinstance(args[1], torch.Tensor) and kwargs.get("output_size") is None:
+    if (name == "repeat_interleave" and len(args) > 1 and isinstance(args[1], torch.Tensor)
+            and kwargs.get("output_size") is None):
         return "repeat_interleave"
     if name == "to" and _to_cpu(args, kwargs): return "cpu"
     return None
@@ -51,6 +52,6 @@ class _HostSyncCounter(TorchFunctionMode):
 
 @contextmanager
 def count_host_syncs():
-    "Count, by kind, the tensor operations in the block that would make the host wait for the device; yields a `Counter`."
+    "Count, by kind, the tensor ops in the block that would make the host wait for the device; yields a `Counter`."
     mode = _HostSyncCounter()
     with mode: yield mode.counts

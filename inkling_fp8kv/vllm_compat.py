@@ -21,9 +21,11 @@ from .scales import check_scale_coverage, validate_scale
 from .layer import InklingAttention as CoreAttention
 
 # %% ../nbs/14_vllm.ipynb #245b29b0
-INKLING_VLLM_MODULES = ("vllm.models.inkling", "vllm.models.inkling.configs", "vllm.models.inkling.nvidia.sconv_swa_attn",
-                        "vllm.models.inkling.nvidia.attention", "vllm.models.inkling.nvidia.model", "vllm.models.inkling.nvidia.ops.qkvr_prep",
-                        "vllm.models.inkling.nvidia.ops.fa4_rel_attention", "vllm.models.inkling.amd.attention", "vllm.models.inkling.amd.model")
+INKLING_VLLM_MODULES = ("vllm.models.inkling", "vllm.models.inkling.configs",
+                        "vllm.models.inkling.nvidia.sconv_swa_attn", "vllm.models.inkling.nvidia.attention",
+                        "vllm.models.inkling.nvidia.model", "vllm.models.inkling.nvidia.ops.qkvr_prep",
+                        "vllm.models.inkling.nvidia.ops.fa4_rel_attention", "vllm.models.inkling.amd.attention",
+                        "vllm.models.inkling.amd.model")
 
 _PROBE = """import importlib, json, sys
 for m in sys.argv[1:]:
@@ -47,8 +49,10 @@ def probe_imports(modules=INKLING_VLLM_MODULES, *, timeout: float = 600) -> dict
             else: out[ev[1]], started = ("ok" if ev[0] == "ok" else ev[2]), None
         if started is None: break
         err = r.stderr.splitlines()
-        what = [l.strip() for l in err if "what():" in l] or [l.strip() for l in err if "Error" in l]   # a C++ abort's message first
-        out[started] = f"interpreter died (exit {r.returncode}): " + (what[0] if what else (r.stderr.strip().splitlines() or ["no output"])[-1])
+        # a C++ abort's message first
+        what = [l.strip() for l in err if "what():" in l] or [l.strip() for l in err if "Error" in l]
+        out[started] = (f"interpreter died (exit {r.returncode}): "
+                        + (what[0] if what else (r.stderr.strip().splitlines() or ["no output"])[-1]))
         todo = todo[todo.index(started) + 1:]
     return out
 
@@ -60,22 +64,26 @@ def offline_vllm_config(*, max_model_len: int = 131_072, max_num_batched_tokens:
     d = tempfile.mkdtemp(prefix="inkling_fp8kv_vllm_")
     try:
         with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                           num_key_value_heads=2, num_hidden_layers=2, vocab_size=256, max_position_embeddings=2**22, torch_dtype="bfloat16"), f)
+            json.dump(dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64,
+                           intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                           vocab_size=256, max_position_embeddings=2**22, torch_dtype="bfloat16"), f)
         mc = ModelConfig(model=d, skip_tokenizer_init=True, max_model_len=max_model_len, dtype="bfloat16")
         cc = CacheConfig(block_size=block_size, cache_dtype=cache_dtype)
         cc.kv_cache_layout = kv_cache_layout
-        sc = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len, is_encoder_decoder=False)
+        sc = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+                             is_encoder_decoder=False)
         return VllmConfig(model_config=mc, cache_config=cc, scheduler_config=sc)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 @contextmanager
 def serving_settings(vllm_config, *, max_model_len: int, max_num_batched_tokens: int, max_concurrent_batches: int = 2,
-                     num_gpu_blocks_override: int | None = None, block_size: int | None = None, cache_dtype: str | None = None):
+                     num_gpu_blocks_override: int | None = None, block_size: int | None = None,
+                     cache_dtype: str | None = None):
     "Temporarily give `vllm_config` these serving settings (async scheduling on for 2 batches in flight)."
     mc, sc, cc = vllm_config.model_config, vllm_config.scheduler_config, vllm_config.cache_config
-    saved = (mc.max_model_len, sc.max_num_batched_tokens, sc.async_scheduling, cc.num_gpu_blocks_override, cc.block_size, cc.cache_dtype)
+    saved = (mc.max_model_len, sc.max_num_batched_tokens, sc.async_scheduling, cc.num_gpu_blocks_override,
+             cc.block_size, cc.cache_dtype)
     try:
         mc.max_model_len, sc.max_num_batched_tokens = max_model_len, max_num_batched_tokens
         sc.async_scheduling = max_concurrent_batches == 2
@@ -83,11 +91,13 @@ def serving_settings(vllm_config, *, max_model_len: int, max_num_batched_tokens:
         if block_size is not None: cc.block_size = block_size
         if cache_dtype is not None: cc.cache_dtype = cache_dtype
         if vllm_config.max_concurrent_batches != max_concurrent_batches:
-            raise ValueError(f"max_concurrent_batches={max_concurrent_batches}: vLLM gives {vllm_config.max_concurrent_batches} here "
-                             "(1 = async scheduling off, 2 = on, at pipeline-parallel size 1)")
+            raise ValueError(f"max_concurrent_batches={max_concurrent_batches}: vLLM gives "
+                             f"{vllm_config.max_concurrent_batches} here (1 = async scheduling off, 2 = on, at "
+                             "pipeline-parallel size 1)")
         yield vllm_config
     finally:
-        mc.max_model_len, sc.max_num_batched_tokens, sc.async_scheduling, cc.num_gpu_blocks_override, cc.block_size, cc.cache_dtype = saved
+        (mc.max_model_len, sc.max_num_batched_tokens, sc.async_scheduling, cc.num_gpu_blocks_override, cc.block_size,
+         cc.cache_dtype) = saved
 
 # %% ../nbs/14_vllm.ipynb #bd0dabd2
 def init_cpu_vllm(vllm_config) -> None:
@@ -98,7 +108,8 @@ def init_cpu_vllm(vllm_config) -> None:
     if model_parallel_is_initialized(): return
     with set_current_vllm_config(vllm_config):
         init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method="file://" + os.path.join(tempfile.mkdtemp(prefix="inkling_fp8kv_dist_"), "init"))
+                                     distributed_init_method="file://" + os.path.join(
+                                         tempfile.mkdtemp(prefix="inkling_fp8kv_dist_"), "init"))
         initialize_model_parallel(1, 1)
 
 # %% ../nbs/14_vllm.ipynb #e9b04381
@@ -114,35 +125,42 @@ def vllm_kv_cache_specs(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, blo
         specs[f"model.layers.{i}.conv_state"] = SlidingWindowSpec(
             block_size=cfg.sconv_kernel_size, num_kv_heads=g.num_kv_heads, head_size=g.conv_width_padded, head_size_v=0,
             dtype=torch.bfloat16, sliding_window=cfg.sconv_kernel_size)
-        attn = dict(block_size=block_size, num_kv_heads=g.num_kv_heads, head_size=g.head_dim, dtype=kv.storage_dtype, kv_quant_mode=mode)
-        specs[f"model.layers.{i}.attn"] = SlidingWindowSpec(**attn, sliding_window=cfg.sliding_window) if local else FullAttentionSpec(**attn)
+        attn = dict(block_size=block_size, num_kv_heads=g.num_kv_heads, head_size=g.head_dim, dtype=kv.storage_dtype,
+                    kv_quant_mode=mode)
+        specs[f"model.layers.{i}.attn"] = (SlidingWindowSpec(**attn, sliding_window=cfg.sliding_window) if local
+                                           else FullAttentionSpec(**attn))
     return specs
 
 def vllm_inkling_config(cfg: InklingConfig, **kw):
     "vLLM's `InklingModelConfig` for `cfg` (dense MLP everywhere unless `kw` says otherwise)."
     from vllm.models.inkling.configs import InklingModelConfig
     d = dict(hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_attention_heads,
-             num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, swa_num_attention_heads=cfg.swa_num_attention_heads,
-             swa_num_key_value_heads=cfg.swa_num_kv_heads, d_rel=cfg.d_rel, rel_extent=cfg.rel_extent, local_layer_ids=list(cfg.local_layer_ids),
-             sliding_window_size=cfg.sliding_window, sconv_kernel_size=cfg.sconv_kernel_size, log_scaling_n_floor=cfg.log_scaling_n_floor,
-             log_scaling_alpha=cfg.log_scaling_alpha, rms_norm_eps=cfg.rms_norm_eps, vocab_size=cfg.vocab_size,
-             intermediate_size=cfg.intermediate_size, dense_mlp_idx=cfg.num_layers)
+             num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+             swa_num_attention_heads=cfg.swa_num_attention_heads, swa_num_key_value_heads=cfg.swa_num_kv_heads,
+             d_rel=cfg.d_rel, rel_extent=cfg.rel_extent, local_layer_ids=list(cfg.local_layer_ids),
+             sliding_window_size=cfg.sliding_window, sconv_kernel_size=cfg.sconv_kernel_size,
+             log_scaling_n_floor=cfg.log_scaling_n_floor, log_scaling_alpha=cfg.log_scaling_alpha,
+             rms_norm_eps=cfg.rms_norm_eps, vocab_size=cfg.vocab_size, intermediate_size=cfg.intermediate_size,
+             dense_mlp_idx=cfg.num_layers)
     return InklingModelConfig(**{**d, **kw})
 
 def inkling_config_from_vllm(hf_config) -> InklingConfig:
     "This package's `InklingConfig` from vLLM's `InklingModelConfig` (e.g. a served checkpoint's config)."
     c = hf_config
-    if c.head_dim != c.swa_head_dim: raise ValueError(f"head_dim={c.head_dim} != swa_head_dim={c.swa_head_dim}: one head_dim is supported")
-    return InklingConfig(num_layers=c.num_hidden_layers, local_layer_ids=tuple(c.local_layer_ids), hidden_size=c.hidden_size,
-                         num_attention_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
-                         swa_num_attention_heads=c.swa_num_attention_heads, swa_num_kv_heads=c.swa_num_key_value_heads, d_rel=c.d_rel,
-                         rel_extent=c.rel_extent, sliding_window=c.sliding_window_size, sconv_kernel_size=c.sconv_kernel_size,
-                         log_scaling_alpha=c.log_scaling_alpha, log_scaling_n_floor=c.log_scaling_n_floor, rms_norm_eps=c.rms_norm_eps,
+    if c.head_dim != c.swa_head_dim:
+        raise ValueError(f"head_dim={c.head_dim} != swa_head_dim={c.swa_head_dim}: one head_dim is supported")
+    return InklingConfig(num_layers=c.num_hidden_layers, local_layer_ids=tuple(c.local_layer_ids),
+                         hidden_size=c.hidden_size, num_attention_heads=c.num_attention_heads,
+                         num_kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
+                         swa_num_attention_heads=c.swa_num_attention_heads, swa_num_kv_heads=c.swa_num_key_value_heads,
+                         d_rel=c.d_rel, rel_extent=c.rel_extent, sliding_window=c.sliding_window_size,
+                         sconv_kernel_size=c.sconv_kernel_size, log_scaling_alpha=c.log_scaling_alpha,
+                         log_scaling_n_floor=c.log_scaling_n_floor, rms_norm_eps=c.rms_norm_eps,
                          vocab_size=c.vocab_size, intermediate_size=c.intermediate_size)
 
 # %% ../nbs/14_vllm.ipynb #1d294d94
 def build_vllm_layers(vllm_config, cfg: InklingConfig, layer_ids=None, *, attention_cls=None) -> dict:
-    "Build vLLM's `InklingConvState` + attention layers for `cfg` as its decoder layer does (`cfg` becomes the model config): name -> module."
+    "Build vLLM's `InklingConvState` + attention layers for `cfg` (model config) as its decoder does: name -> module."
     from vllm.config import set_current_vllm_config
     from vllm.models.inkling.nvidia.attention import InklingAttention
     from vllm.models.inkling.nvidia.sconv_swa_attn import InklingConvState
@@ -154,16 +172,17 @@ def build_vllm_layers(vllm_config, cfg: InklingConfig, layer_ids=None, *, attent
         for i in (range(cfg.num_layers) if layer_ids is None else layer_ids):
             local = cfg.is_local(i)
             hkv = cfg.swa_num_kv_heads if local else cfg.num_kv_heads
-            conv = InklingConvState(num_kv_heads=hkv, head_dim=cfg.head_dim, hidden_size=cfg.hidden_size, kernel_size=cfg.sconv_kernel_size,
-                                    prefix=f"model.layers.{i}.conv_state")
-            attn = attention_cls(hf, num_heads=cfg.swa_num_attention_heads if local else cfg.num_attention_heads, num_kv_heads=hkv,
-                                 head_dim=cfg.head_dim, rel_extent=cfg.rel_extent, local_extent=cfg.sliding_window, is_local=local,
-                                 prefix=f"model.layers.{i}.attn", conv_owner=conv)
+            conv = InklingConvState(num_kv_heads=hkv, head_dim=cfg.head_dim, hidden_size=cfg.hidden_size,
+                                    kernel_size=cfg.sconv_kernel_size, prefix=f"model.layers.{i}.conv_state")
+            attn = attention_cls(hf, num_heads=cfg.swa_num_attention_heads if local else cfg.num_attention_heads,
+                                 num_kv_heads=hkv, head_dim=cfg.head_dim, rel_extent=cfg.rel_extent,
+                                 local_extent=cfg.sliding_window, is_local=local, prefix=f"model.layers.{i}.attn",
+                                 conv_owner=conv)
             out[conv.prefix], out[attn.prefix] = conv, attn
     return out
 
 def collect_kv_cache_specs(vllm_config) -> dict:
-    "Every registered attention-like layer's spec, as vLLM's GPU model runner collects them (backend customization included)."
+    "Each registered attention-like layer's spec as vLLM's GPU model runner collects it (with backend customization)."
     from vllm.config.vllm import get_layers_from_vllm_config
     from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
     from vllm.v1.kv_cache_interface import AttentionSpec
@@ -171,7 +190,8 @@ def collect_kv_cache_specs(vllm_config) -> dict:
     out = {}
     for name, layer in get_layers_from_vllm_config(vllm_config, AttentionLayerBase).items():
         spec = layer.get_kv_cache_spec(vllm_config)
-        out[name] = customize_attention_spec(layer.get_attn_backend(), spec) if isinstance(spec, AttentionSpec) else spec
+        out[name] = (customize_attention_spec(layer.get_attn_backend(), spec) if isinstance(spec, AttentionSpec)
+                     else spec)
     return out
 
 # %% ../nbs/14_vllm.ipynb #b9989798
@@ -181,25 +201,29 @@ def _kind(names, spec) -> str:
 
 def vllm_plan(vllm_config, specs: dict, *, tp: int, max_model_len: int, max_num_batched_tokens: int, available_bytes,
               max_concurrent_batches: int = 2, num_gpu_blocks_override: int | None = None) -> dict:
-    "Run vLLM's `get_kv_cache_configs` on `specs` (the same on each of `tp` ranks) and summarize what the server would log."
+    "Run vLLM's `get_kv_cache_configs` on `specs` (same on each of `tp` ranks) and summarize what the server would log."
     from vllm.utils.math_utils import cdiv
-    from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config, get_kv_cache_capacity, get_kv_cache_configs
+    from vllm.v1.core.kv_cache_utils import (generate_scheduler_kv_cache_config, get_kv_cache_capacity,
+                                             get_kv_cache_configs)
     budgets = [available_bytes] * tp if isinstance(available_bytes, int) else list(available_bytes)
     if len(budgets) != tp: raise ValueError(f"available_bytes has {len(budgets)} entries for tp={tp}")
     with serving_settings(vllm_config, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
-                          max_concurrent_batches=max_concurrent_batches, num_gpu_blocks_override=num_gpu_blocks_override) as v:
+                          max_concurrent_batches=max_concurrent_batches,
+                          num_gpu_blocks_override=num_gpu_blocks_override) as v:
         configs = get_kv_cache_configs(v, [dict(specs) for _ in range(tp)], budgets)
         sched = generate_scheduler_kv_cache_config(configs)
         tokens, concurrency = get_kv_cache_capacity(v, sched)
         groups = tuple((_kind(g.layer_names, g.kv_cache_spec), g.kv_cache_spec.block_size, tuple(g.layer_names),
-                        cdiv(g.kv_cache_spec.max_memory_usage_bytes(v), g.kv_cache_spec.page_size_bytes)) for g in sched.kv_cache_groups)
+                        cdiv(g.kv_cache_spec.max_memory_usage_bytes(v),
+                             g.kv_cache_spec.page_size_bytes)) for g in sched.kv_cache_groups)
     assert len({c.num_blocks for c in configs}) == 1
-    return dict(num_blocks=sched.num_blocks, bytes_per_block=sched.kv_cache_tensors[0].size // sched.num_blocks, groups=groups,
-                max_concurrency=concurrency, pool_tokens=tokens)
+    return dict(num_blocks=sched.num_blocks, bytes_per_block=sched.kv_cache_tensors[0].size // sched.num_blocks,
+                groups=groups, max_concurrency=concurrency, pool_tokens=tokens)
 
 def plan_summary(plan: PoolPlan) -> dict:
     "A `PoolPlan` in `vllm_plan`'s form."
-    return dict(num_blocks=plan.num_blocks, bytes_per_block=plan.bytes_per_block, max_concurrency=plan.max_concurrency, pool_tokens=plan.pool_tokens,
+    return dict(num_blocks=plan.num_blocks, bytes_per_block=plan.bytes_per_block, max_concurrency=plan.max_concurrency,
+                pool_tokens=plan.pool_tokens,
                 groups=tuple((g.kind, g.block_size, g.layer_names, g.blocks_per_request) for g in plan.groups))
 
 # %% ../nbs/14_vllm.ipynb #520415b2
@@ -211,7 +235,8 @@ def gate_vs_vllm(*, capability=(9, 0), platform: str = "cuda") -> list:
     from vllm.v1.kv_cache_interface import get_kv_quant_mode
     rows = []
     for s in typing.get_args(CacheDType):
-        row = dict(string=s, vllm_quant_mode=get_kv_quant_mode(s).name, vllm_storage=STR_DTYPE_TO_TORCH_DTYPE.get(s, "model dtype"))
+        row = dict(string=s, vllm_quant_mode=get_kv_quant_mode(s).name,
+                   vllm_storage=STR_DTYPE_TO_TORCH_DTYPE.get(s, "model dtype"))
         try:
             kv = resolve_kv_cache_dtype(s, capability=capability, platform=platform)
             row.update(gate="accepted", quant_mode=kv.kv_quant_mode, storage=kv.storage_dtype, compute=kv.compute_dtype)
@@ -229,8 +254,11 @@ def gate_for_vllm(kv_cache_dtype: str, *, platform: str | None = None, capabilit
         elif cp.is_rocm() or cp.is_cuda():
             platform, cap = ("rocm" if cp.is_rocm() else "cuda"), cp.get_device_capability()
             capability = (cap.major, cap.minor)
-        else: raise NotImplementedError(f"Inkling's KV cache: vLLM platform {type(cp).__name__} is not supported (CUDA, ROCm or CPU)")
-    kv = resolve_kv_cache_dtype(kv_cache_dtype, platform="cpu")   # unknown or unsupported strings fail here on any platform
+        else:
+            raise NotImplementedError(f"Inkling's KV cache: vLLM platform {type(cp).__name__} is not supported (CUDA, "
+                                      "ROCm or CPU)")
+    # unknown or unsupported strings fail here on any platform
+    kv = resolve_kv_cache_dtype(kv_cache_dtype, platform="cpu")
     return resolve_kv_cache_dtype(kv_cache_dtype, capability=capability, platform=platform) if kv.quantized else kv
 
 @contextmanager
@@ -255,14 +283,14 @@ def use_attention_class(cls):
 # %% ../nbs/14_vllm.ipynb #9ed3a1f1
 @functools.cache
 def fp8_classes() -> dict:
-    "Build (once) the vLLM subclasses: `Fp8InklingAttention`, `InklingFp8ForCausalLM`, `InklingFp8ForConditionalGeneration`."
+    "Build (once) vLLM subclasses `Fp8InklingAttention`, `InklingFp8ForCausalLM`, `InklingFp8ForConditionalGeneration`."
     from vllm.config import get_current_vllm_config
     from vllm.models.inkling.nvidia import model as inkling_model
     from vllm.models.inkling.nvidia.attention import InklingAttention
     from vllm.v1.kv_cache_interface import KVQuantMode
 
     class Fp8InklingAttention(InklingAttention):
-        "vLLM's Inkling attention with the fp8 e4m3 KV cache: gate at construction, q_scale, kv_quant_mode, the forward through `layer.InklingAttention`."
+        "vLLM's Inkling attention, fp8 KV cache: init gate, q_scale, kv_quant_mode, `layer.InklingAttention` forward."
         def __init__(self, config, **kw):
             vllm_config = get_current_vllm_config()
             cache_dtype = vllm_config.cache_config.cache_dtype if vllm_config.cache_config is not None else "auto"
@@ -271,7 +299,7 @@ def fp8_classes() -> dict:
             self.kv = kv
             self.register_buffer("q_scale", torch.ones((), dtype=torch.float32))
             self._descales = None                       # bf16 layers: host floats, set by refresh_descales()
-            # the fp8 forward: this package's layer, holding this layer's own parameters and scale buffers (shared, not copied).
+            # fp8 forward: this package's layer on this layer's own parameters and scale buffers (shared, not copied)
             # A plain attribute, not a submodule, so vLLM sees each tensor once, under its own name.
             self.__dict__["core"] = _core_layer(self, vllm_config, cache_dtype, kv) if kv.quantized else None
             self.geom = self.core.geom if kv.quantized else None
@@ -290,11 +318,13 @@ def fp8_classes() -> dict:
             return self.core.descales if self.core is not None else self._descales
 
         def refresh_descales(self) -> dict:
-            "Validate the q/k/v scales and cache them as host floats (the core's `process_weights_after_loading`), so the forward never syncs on them."
+            "Validate q/k/v scales; cache host floats (core's `process_weights_after_loading`): forward never syncs."
             if self.core is None:
-                self._descales = {n: validate_scale(f"{self.prefix}.{n}", getattr(self, n)) for n in ("q_scale", "k_scale", "v_scale")}
+                self._descales = {n: validate_scale(f"{self.prefix}.{n}", getattr(self, n))
+                                  for n in ("q_scale", "k_scale", "v_scale")}
                 return dict(self._descales)
-            _share_tensors(self, self.core)             # vLLM may have replaced a tensor since (weight processing, a move)
+            # vLLM may have replaced a tensor since (weight processing, a move)
+            _share_tensors(self, self.core)
             return self.core.process_weights_after_loading()
 
         def forward(self, positions, hidden_states, log_scaling=None):
@@ -313,23 +343,26 @@ def fp8_classes() -> dict:
         Model.__name__ = Model.__qualname__ = "InklingFp8" + base.__name__[len("Inkling"):]
         return Model
 
-    return dict(Fp8InklingAttention=Fp8InklingAttention, InklingFp8ForCausalLM=_fp8_model(inkling_model.InklingForCausalLM),
+    return dict(Fp8InklingAttention=Fp8InklingAttention,
+                InklingFp8ForCausalLM=_fp8_model(inkling_model.InklingForCausalLM),
                 InklingFp8ForConditionalGeneration=_fp8_model(inkling_model.InklingForConditionalGeneration))
 
 def __getattr__(name):
-    if name in ("Fp8InklingAttention", "InklingFp8ForCausalLM", "InklingFp8ForConditionalGeneration"): return fp8_classes()[name]
+    if name in ("Fp8InklingAttention", "InklingFp8ForCausalLM", "InklingFp8ForConditionalGeneration"):
+        return fp8_classes()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # %% ../nbs/14_vllm.ipynb #ab840e3f
 def finalize_fp8_scales(model, loaded: set):
-    "After (re)loading weights: validate and cache every fp8 layer's scales; the coverage report (+ warning) of `loaded`, or None without fp8 layers."
+    "After (re)loading weights: validate, cache fp8 layers' scales; coverage report (+ warning) or None (no fp8 layer)."
     layers = {n: m for n, m in model.named_modules() if hasattr(m, "refresh_descales")}
     for m in layers.values(): m.refresh_descales()
     quantized = [n for n, m in layers.items() if m.kv.quantized]
     return check_scale_coverage(loaded, quantized) if quantized else None
 
 # %% ../nbs/14_vllm.ipynb #41629cff
-_SHARED = (("q_norm", "weight"), ("k_norm", "weight"), ("rel_logits_proj", "proj"), ("k_sconv", "weight"), ("v_sconv", "weight"))
+_SHARED = (("q_norm", "weight"), ("k_norm", "weight"), ("rel_logits_proj", "proj"), ("k_sconv", "weight"),
+           ("v_sconv", "weight"))
 
 def _share_tensors(layer, core: CoreAttention) -> None:
     "Point the core's parameters and scale buffers at the vLLM layer's own tensors (no copy)."
@@ -338,15 +371,17 @@ def _share_tensors(layer, core: CoreAttention) -> None:
     for n in ("q_scale", "k_scale", "v_scale"): setattr(core, n, getattr(layer, n))
 
 def _core_layer(layer, vllm_config, cache_dtype: str, kv: KVCacheDtype) -> CoreAttention:
-    "This package's layer for a vLLM Inkling attention layer: same config, TP rank geometry, gate verdict; its tensors are the vLLM layer's."
+    "This package's layer for a vLLM Inkling attention layer: same config, TP geometry, gate verdict, tensors."
     from vllm.distributed import get_tensor_model_parallel_world_size
     cfg = inkling_config_from_vllm(vllm_config.model_config.hf_text_config)
     idx = int(layer.prefix.split("layers.")[-1].split(".")[0])
-    core = CoreAttention(cfg, idx, tp=get_tensor_model_parallel_world_size(), kv_cache_dtype=cache_dtype, capability=kv.capability,
-                         platform=kv.platform, kernels="triton", device=layer.q_norm.weight.device)
+    core = CoreAttention(cfg, idx, tp=get_tensor_model_parallel_world_size(), kv_cache_dtype=cache_dtype,
+                         capability=kv.capability, platform=kv.platform, kernels="triton",
+                         device=layer.q_norm.weight.device)
     g = core.geom
-    if (g.num_heads, g.num_kv_heads, g.window, g.rel_extent, core.is_local) != (layer.num_heads, layer.num_kv_heads, layer.local_extent,
-                                                                               layer.local_extent if layer.is_local else cfg.rel_extent, layer.is_local):
+    if ((g.num_heads, g.num_kv_heads, g.window, g.rel_extent, core.is_local)
+            != (layer.num_heads, layer.num_kv_heads, layer.local_extent,
+                layer.local_extent if layer.is_local else cfg.rel_extent, layer.is_local)):
         raise ValueError(f"{layer.prefix}: vLLM's layer and the config disagree on the geometry ({g})")
     core.prefix = layer.prefix                       # messages name the tensors as vLLM does
     _share_tensors(layer, core)
@@ -360,10 +395,11 @@ def _core_forward(layer, positions: torch.Tensor, qkvr: torch.Tensor, out: torch
     md, conv_md, core = md_all[layer.prefix], md_all[layer.conv_owner.prefix], layer.core
     if core.kv_cache is not layer.kv_cache or core.conv_cache is not layer.conv_owner.kv_cache:
         core.bind_cache(layer.kv_cache, layer.conv_owner.kv_cache)   # vLLM binds its caches after construction
-    meta = BatchMeta(req_ids=[], positions=positions, seq_idx=conv_md.seq_idx, query_start=conv_md.query_start, seq_lens=md.seq_lens,
-                     cu_seqlens_q=md.query_start_loc, max_seqlen_q=md.max_query_len, max_seqlen_k=md.max_seq_len,
-                     num_actual_tokens=md.num_actual_tokens, block_table=md.block_table, slot_mapping=md.slot_mapping,
-                     conv_block_table=conv_md.block_table, conv_slot_mapping=conv_md.slot_mapping)
+    meta = BatchMeta(req_ids=[], positions=positions, seq_idx=conv_md.seq_idx, query_start=conv_md.query_start,
+                     seq_lens=md.seq_lens, cu_seqlens_q=md.query_start_loc, max_seqlen_q=md.max_query_len,
+                     max_seqlen_k=md.max_seq_len, num_actual_tokens=md.num_actual_tokens, block_table=md.block_table,
+                     slot_mapping=md.slot_mapping, conv_block_table=conv_md.block_table,
+                     conv_slot_mapping=conv_md.slot_mapping)
     core(qkvr, meta, out=out)
 
 @functools.cache
@@ -372,7 +408,7 @@ def _eager_core_forward():
     return eager_break_during_capture(_core_forward)
 
 def fp8_attention_forward(layer, positions, hidden_states, log_scaling=None) -> torch.Tensor:
-    "fp8 forward of an `Fp8InklingAttention`: vLLM's qkvr projection, `layer.InklingAttention` on vLLM's caches and metadata, vLLM's o-projection."
+    "fp8 forward of `Fp8InklingAttention`: vLLM's qkvr proj, `layer.InklingAttention` on vLLM's caches/meta, o_proj."
     from vllm.forward_context import get_forward_context
     T = hidden_states.shape[0]
     qkvr, _ = layer.qkvr(hidden_states)

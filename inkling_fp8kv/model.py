@@ -93,13 +93,16 @@ class _LLM(nn.Module):
 # %% ../nbs/12_model.ipynb #99129678
 class InklingLM(nn.Module):
     "A small Inkling: embedding (+ norm) → decoder layers on `layer.InklingAttention` → final norm → lm head. Params in vLLM's checkpoint names."
-    def __init__(self, cfg: InklingConfig, *, kv_cache_dtype: str = "auto", kernels: str = "auto", platform=None, capability=None, device=None):
+    def __init__(self, cfg: InklingConfig, *, kv_cache_dtype: str = "auto", kernels: str = "auto", platform=None,
+                 capability=None, device=None):
         super().__init__()
         if cfg.num_experts and cfg.dense_mlp_idx < cfg.num_layers:
-            raise NotImplementedError("InklingLM builds dense MLPs only (MoE does not touch the KV cache): set num_experts=0 or dense_mlp_idx=num_layers")
+            raise NotImplementedError("InklingLM builds dense MLPs only (MoE does not touch the KV cache): set "
+                                      "num_experts=0 or dense_mlp_idx=num_layers")
         self.cfg = cfg
         self.model = nn.Module()
-        self.model.llm = _LLM(cfg, kv_cache_dtype=kv_cache_dtype, kernels=kernels, platform=platform, capability=capability, device=device)
+        self.model.llm = _LLM(cfg, kv_cache_dtype=kv_cache_dtype, kernels=kernels, platform=platform,
+                              capability=capability, device=device)
         self.init_weights(seed=0)
 
     @property
@@ -175,10 +178,12 @@ def dense_logits(model: "InklingLM", tokens: torch.Tensor, *, dropout: float = 0
         q = rms_norm(q.unflatten(-1, (g.num_heads, g.head_dim)), a.q_norm.weight, eps).to(dt)
         rel = torch.einsum("blhr,re->blhe", r.float(), a.rel_logits_proj.proj.float()).to(dt)
         if not a.is_local and cfg.log_scaling_n_floor is not None:
-            tau = (1.0 + cfg.log_scaling_alpha * torch.log(torch.clamp((pos + 1.0) / cfg.log_scaling_n_floor, min=1.0)))[:, None, None]
+            tau = (1.0 + cfg.log_scaling_alpha * torch.log(torch.clamp((pos + 1.0) / cfg.log_scaling_n_floor,
+                                                                       min=1.0)))[:, None, None]
             q, rel = (q.float() * tau).to(dt), (rel.float() * tau).to(dt)
         o = dense_attention(q, k, v.to(dt), rel, window=g.window, softmax_scale=a.softmax_scale)
-        h = h + F.dropout(_conv_dense(F.linear(o.flatten(-2), a.wo_ud.weight.to(dt)), lay.attn_sconv.weight), dropout, dropout > 0)
+        h = h + F.dropout(_conv_dense(F.linear(o.flatten(-2), a.wo_ud.weight.to(dt)), lay.attn_sconv.weight), dropout,
+                          dropout > 0)
         m = lay.mlp(rms_norm(h, lay.mlp_norm.weight, eps).to(dt))
         h = h + F.dropout(_conv_dense(m, lay.mlp_sconv.weight), dropout, dropout > 0)
     return F.linear(rms_norm(h, llm.norm.weight, eps).to(dt), llm.unembed.weight.to(dt))
@@ -197,8 +202,10 @@ def _lm_forward(self: InklingLM, batch: ModelBatch, *, logit_rows: torch.Tensor 
                     conv_block_table=meta.conv_block_table, conv_slot_mapping=meta.conv_slot_mapping)
         qkvr = F.linear(rms_norm(h, lay.attn_norm.weight, eps).to(torch.bfloat16), a.qkvr_weight())
         o = a(qkvr, meta)
-        D0 = 2 * a.geom.head_dim                                               # ATTN lanes after K and V, MLP lanes after ATTN
-        h = h + sconv_paged(F.linear(o.flatten(1), a.wo_ud.weight), lay.attn_sconv.weight.squeeze(1), a.conv_cache, D0, **conv)
+        # ATTN lanes after K and V, MLP lanes after ATTN
+        D0 = 2 * a.geom.head_dim
+        h = h + sconv_paged(F.linear(o.flatten(1), a.wo_ud.weight), lay.attn_sconv.weight.squeeze(1), a.conv_cache, D0,
+                            **conv)
         m = lay.mlp(rms_norm(h, lay.mlp_norm.weight, eps).to(torch.bfloat16))
         h = h + sconv_paged(m, lay.mlp_sconv.weight.squeeze(1), a.conv_cache, D0 + lay.hph, **conv)
     if logit_rows is not None: h = h[logit_rows]
@@ -209,7 +216,8 @@ InklingLM.forward = _lm_forward
 # %% ../nbs/12_model.ipynb #4e4fd781
 def _save_pretrained(self: InklingLM, path, *, max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
     "Write `config.json`, safetensors shards of at most `max_shard_bytes` and `model.safetensors.index.json` (vLLM names; scales included)."
-    keep = getattr(self, "loaded_scale_names", set())          # scales are written only where a checkpoint or calibration set them
+    # scales are written only where a checkpoint or calibration set them
+    keep = getattr(self, "loaded_scale_names", set())
     sd = {k: v for k, v in self.state_dict().items() if not k.endswith("_scale") or k in keep}
     cfg = config_to_json(self.cfg)
     qc = getattr(self, "quantization_config", None)     # a declared KV scheme survives a re-save
@@ -217,7 +225,8 @@ def _save_pretrained(self: InklingLM, path, *, max_shard_bytes: int = MAX_SHARD_
     return write_checkpoint(path, sd, cfg, max_shard_bytes=max_shard_bytes)
 
 @classmethod
-def _from_pretrained(cls, path, *, kv_cache_dtype: str = "auto", kernels: str = "auto", platform=None, capability=None, device=None,
+def _from_pretrained(cls, path, *, kv_cache_dtype: str = "auto", kernels: str = "auto", platform=None, capability=None,
+                     device=None,
                      warn: bool = True) -> InklingLM:
     "Load a checkpoint written by `save_pretrained` (or by vLLM-style tools): weights strictly, then the KV scales via `scales.load_kv_scales` + coverage check."
     from inkling_fp8kv.layer import load_layer_scales
@@ -225,17 +234,20 @@ def _from_pretrained(cls, path, *, kv_cache_dtype: str = "auto", kernels: str = 
     cj, tensors = read_checkpoint(path)
     cfg = config_from_json(cj)
     if kv_cache_dtype == "auto": kv_cache_dtype = declared_kv_cache_dtype(cj) or "auto"
-    m = cls(cfg, kv_cache_dtype=kv_cache_dtype, kernels=kernels, platform=platform, capability=capability, device=device)
+    m = cls(cfg, kv_cache_dtype=kv_cache_dtype, kernels=kernels, platform=platform, capability=capability,
+            device=device)
     scale_names = {n for n in tensors if n.endswith(("_scale",)) and ".attn." in n}
     weights = {n: t for n, t in tensors.items() if n not in scale_names}
     own = {n for n, _ in m.named_parameters()}
     missing, unexpected = own - set(weights), set(weights) - own
     if missing or unexpected:
-        raise ValueError(f"{path}: checkpoint does not fit the config: missing {sorted(missing)[:6]}, unexpected {sorted(unexpected)[:6]}")
+        raise ValueError(f"{path}: checkpoint does not fit the config: missing {sorted(missing)[:6]}, unexpected "
+                         f"{sorted(unexpected)[:6]}")
     with torch.no_grad():
         for n, p in m.named_parameters():
             t = weights[n]
-            if t.shape != p.shape: raise ValueError(f"{path}: {n} has shape {tuple(t.shape)}, the model expects {tuple(p.shape)}")
+            if t.shape != p.shape:
+                raise ValueError(f"{path}: {n} has shape {tuple(t.shape)}, the model expects {tuple(p.shape)}")
             p.copy_(t)
     import warnings
     with warnings.catch_warnings():
@@ -267,7 +279,8 @@ def planted_rows(attn: InklingAttention, channels: int) -> list:
 def plant_v_outliers(src, dst, *, layers=None, channels: int = 128, factor: float = 1024.0) -> dict:
     "Copy checkpoint `src` to `dst` with `channels` V channels per KV head of `layers` (default: the global ones) scaled by `factor` (a power of two) and the o-proj columns that read them by 1/`factor`: the bf16 function is unchanged, the stored V gets outliers."
     m, e = math.frexp(factor)
-    if factor <= 1 or m != 0.5: raise ValueError(f"factor={factor}: a power of two > 1 keeps bf16 results bit-identical")
+    if factor <= 1 or m != 0.5:
+        raise ValueError(f"factor={factor}: a power of two > 1 keeps bf16 results bit-identical")
     model = InklingLM.from_pretrained(src, kernels="reference", platform="cpu", warn=False)
     layers = model.cfg.global_layer_ids if layers is None else tuple(layers)
     planted = {}

@@ -124,7 +124,7 @@ def observe_kv_ranges(model, batches, *, sample_rate: float = 1.0, seed: int = 0
 
 # %% ../nbs/10_calibrate.ipynb #8d99f055
 def layer_table(r: KVRanges, safety: float = 1.3) -> list:
-    "One row per (layer, stream) with the observed range, the rule's scale and the e4m3 band at unity and at that scale."
+    "One row per (layer, stream): the observed range, the rule's scale and the e4m3 band at unity and at that scale."
     rows = []
     for (i, s), st in sorted(r.stats.items()):
         sc = scale_from_amax(st["amax"], safety)
@@ -163,8 +163,8 @@ def markdown_table(rows: list, fmt=None) -> str:
             return "0" if v == 0 else (f"{v:.2e}" if abs(v) < 1e-2 else f"{v:,.3g}" if abs(v) < 1e4 else f"{v:,.0f}")
         return str(v)
     head = list(rows[0])
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(f(r[h])
-                                                                                                     for h in head) + " |" for r in rows])
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                     + ["| " + " | ".join(f(r[h]) for h in head) + " |" for r in rows])
 
 # %% ../nbs/10_calibrate.ipynb #a5331682
 def _read_calibration_file(p: Path) -> list:
@@ -206,7 +206,8 @@ def calibration_batches(*, data=None, num_samples: int = 16, max_len: int = 2048
 # %% ../nbs/10_calibrate.ipynb #a2df99b3
 def check_out_folder(out, *, empty: bool = False, staged: bool = False, what: str = "output folder") -> Path:
     """`out` resolved, checked before any work: not a file, empty if `empty`, and writable where it will be made (its
-    nearest existing folder; with `staged`, beside it, where a copy is made and renamed into place); else `CheckpointError`."""
+    nearest existing folder; with `staged`, beside it, where a copy is made and renamed into place); else
+    `CheckpointError`."""
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir(): raise CheckpointError(f"{what} {out} exists and is not a folder")
     if empty and out.exists() and any(out.iterdir()): raise CheckpointError(f"{what} {out} exists and is not empty")
@@ -236,7 +237,7 @@ def check_calibration_paths(src, out=None, *, dry_run: bool = False) -> tuple:
     return ck.dir, target
 
 def _write_copy(src: Path, out: Path, scales, declare_kv_scheme: bool) -> ScaleWrite:
-    "Copy `src` beside `out`, write the scales into the copy, rename it to `out`; on any error or interrupt leave nothing."
+    "Copy `src` beside `out`, write the scales in the copy, rename it to `out`; on an error or interrupt leave nothing."
     made = [p for p in reversed(out.parents) if not p.exists()]            # folders this call creates, outermost first
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = out.parent / f".{out.name}.{os.getpid()}-{secrets.token_hex(4)}{TMP_SUFFIX}"
@@ -259,7 +260,7 @@ def _write_copy(src: Path, out: Path, scales, declare_kv_scheme: bool) -> ScaleW
 # %% ../nbs/10_calibrate.ipynb #1e52bfa2
 def calibrate_checkpoint(src, out=None, *, load_model=None, batches=None, safety: float = 1.3, dry_run: bool = False,
                          declare_kv_scheme: bool = False, device=None, progress: bool = False) -> dict:
-    "Load a checkpoint with `load_model`, observe its ranges, write per-layer scales (to a copy at `out`, else in place)."
+    "Load a checkpoint by `load_model`, observe its ranges, write per-layer scales (to a copy at `out`, or in place)."
     if not callable(load_model):
         raise TypeError("calibrate_checkpoint needs load_model, the loader of the checkpoint's model: e.g. "
                         "model.InklingLM.from_pretrained (called as "

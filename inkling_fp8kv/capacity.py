@@ -182,7 +182,7 @@ def _structure(cfg, *, tp, kv_cache_dtype, max_model_len, max_num_batched_tokens
     return plans, group_size, bytes_per_block(groups)
 
 def _budgets(available_bytes) -> list:
-    "One int budget per rank from an int or a list/tuple of ints; ValueError for anything else (a float, a string, an empty list)."
+    "One int budget per rank from an int or a list/tuple of ints; ValueError for else (a float, a str, an empty list)."
     b = [available_bytes] if is_int(available_bytes) else list(available_bytes) if isinstance(available_bytes,
                                                                                               (list, tuple)) else None
     if not b or any(not is_int(x) for x in b):
@@ -196,7 +196,7 @@ class PoolDoesNotFit(ValueError):
 def plan_pool(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max_model_len: int, max_num_batched_tokens: int,
               available_bytes, max_concurrent_batches: int = 2, block_size: int = 16,
               num_gpu_blocks_override: int | None = None, extra_retained_tokens: int = 0) -> PoolPlan:
-    "vLLM's KV pool for `cfg` at TP `tp`: `PoolDoesNotFit` (a `ValueError`) where the budget is too small for vLLM to start."
+    "vLLM's KV pool for `cfg` at TP `tp`: `PoolDoesNotFit` (a `ValueError`) where the budget is too small for vLLM."
     groups, group_size, bpb = _structure(cfg, tp=tp, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
                                          max_num_batched_tokens=max_num_batched_tokens,
                                          max_concurrent_batches=max_concurrent_batches,
@@ -283,8 +283,8 @@ def min_available_bytes(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max
     return max(hi, reserve + 1) * bpb
 
 # %% ../nbs/11_capacity.ipynb #a997e4ba
+# (max_model_len, max_num_batched_tokens) rows
 PUBLISHED_SETTINGS = ((8_192, 16_384), (131_072, 16_384), (131_072, 8_192), (131_072, 2_048), (524_288, 16_384),
-                      # (max_model_len, max_num_batched_tokens) rows
                       (1_048_576, 16_384), (1_048_576, 8_192), (1_048_576, 2_048))
 # the table's one KV budget per rank: 535,384 blocks of 229,376 B = 122,804,240,384 B
 PUBLISHED_KV_BYTES = 535_384 * 229_376
@@ -296,7 +296,7 @@ def gib_text(nbytes: int) -> str:
     return f"{g:.{d}f} GiB ({nbytes:,} B)"
 
 def sensitivity_table(cfg: InklingConfig, *, tp: int, available_bytes, settings=PUBLISHED_SETTINGS, **plan_kw) -> list:
-    "bf16 vs fp8 pools at one budget for each `(max_model_len, max_num_batched_tokens)`; `fits=False` where vLLM would not start."
+    "bf16 vs fp8 pools at one budget per `(max_model_len, max_num_batched_tokens)`; `fits=False`: vLLM won't start."
     rows = []
     for mml, mnbt in settings:
         try: b, f = (plan_pool(cfg, tp=tp, kv_cache_dtype=dt, max_model_len=mml, max_num_batched_tokens=mnbt,
@@ -314,7 +314,7 @@ def sensitivity_table(cfg: InklingConfig, *, tp: int, available_bytes, settings=
     return rows
 
 def table_markdown(rows: list) -> str:
-    "The sensitivity table as markdown, in the published table's format plus the conv share; a setting that does not fit says so."
+    "The sensitivity table as markdown: the published table's format plus conv share; a setting that can't fit says so."
     out = ["| max_model_len | batched tokens | bf16 blocks/req | fp8 blocks/req | bf16 pool tokens | fp8 pool tokens | "
            "concurrency bf16 / fp8 | fp8 gain | conv share (fp8) |",
            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -332,7 +332,7 @@ def table_markdown(rows: list) -> str:
 
 # %% ../nbs/11_capacity.ipynb #02549450
 def plot_fp8_gain(rows: list, *, title: str | None = None):
-    "Heatmap of the fp8 pool gain over the settings (a cell that does not fit says so), and the gain against the conv share."
+    "Heatmap of the fp8 pool gain over the settings (a cell that does not fit says so), and gain against conv share."
     import matplotlib.pyplot as plt
     import pandas as pd
     import seaborn as sns
@@ -371,14 +371,15 @@ def plot_fp8_gain(rows: list, *, title: str | None = None):
 _KIND = dict(conv="conv state", sliding="sliding-window attention", full="full attention")
 
 def plan_markdown(plans: dict) -> str:
-    "Pools side by side (`{dtype: PoolPlan}`) as markdown: block sizes, bytes per block, blocks, the reserve by kind of group, concurrency, pool."
+    "Markdown, side by side, of `{dtype: PoolPlan}`: block sizes, B/block, blocks, reserve by kind, concurrency, pool."
     ps, kinds = list(plans.values()), [k for k in _KIND if any(k in p.blocks_per_request for p in plans.values())]
     of = lambda p, k: [g for g in p.groups if g.kind == k]
     def reserve(p, k):
         gs = of(p, k)
         if not gs: return "0"
         per = {g.blocks_per_request for g in gs}
-        return f"{len(gs)} × {gs[0].blocks_per_request:,} = {len(gs) * gs[0].blocks_per_request:,}" if len(per) == 1 else f"{sum(per):,}"
+        return (f"{len(gs)} × {gs[0].blocks_per_request:,} = {len(gs) * gs[0].blocks_per_request:,}" if len(per) == 1
+                else f"{sum(per):,}")
     row = lambda label, cell: f"| {label} | " + " | ".join(cell(p) for p in ps) + " |"
     lines = ["| | " + " | ".join(plans) + " |", "|---|" + "---:|" * len(ps)]
     lines += [row(f"{_KIND[k]} block (tokens)", lambda p, k=k: f"{of(p, k)[0].block_size}" if of(p, k) else "—")
@@ -392,11 +393,11 @@ def plan_markdown(plans: dict) -> str:
     return "\n".join(lines)
 
 def explain_gain(b: PoolPlan, f: PoolPlan) -> str:
-    "Where fp8's larger pool comes from, in words, from the two plans' numbers (bf16 `b`, fp8 `f`, same settings and budget)."
+    "Where fp8's larger pool comes from, in words, from two plans' numbers (bf16 `b`, fp8 `f`, same settings, budget)."
     blk = lambda p, k: next((g.block_size for g in p.groups if g.kind == k), None)
     attn = {p.kv_cache_dtype: p.blocks_per_request_total - p.blocks_per_request.get("conv", 0) for p in (b, f)}
-    conv, gain, ak = f.blocks_per_request.get("conv", 0), f.pool_tokens / b.pool_tokens - 1, "full" if blk(f,
-                                                                                                           "full") else "sliding"
+    conv, gain, ak = (f.blocks_per_request.get("conv", 0), f.pool_tokens / b.pool_tokens - 1,
+                      "full" if blk(f, "full") else "sliding")
     if b.bytes_per_block == f.bytes_per_block:
         page = (f"Both dtypes get the same bytes per block id ({b.bytes_per_block:,} B) and so the same num_blocks "
                 f"({b.num_blocks:,}): vLLM "
@@ -410,7 +411,8 @@ def explain_gain(b: PoolPlan, f: PoolPlan) -> str:
                 f"the largest here, "
                 f"and fp8 halves it), so fp8 gets {f.num_blocks:,} blocks where bf16 gets {b.num_blocks:,}.")
     bconv = b.blocks_per_request.get("conv", 0)
-    convs = f"{conv:,} conv-state blocks in both dtypes" if bconv == conv else f"{bconv:,} conv-state blocks in bf16 and {conv:,} in fp8"
+    convs = (f"{conv:,} conv-state blocks in both dtypes" if bconv == conv
+             else f"{bconv:,} conv-state blocks in bf16 and {conv:,} in fp8")
     reserve = (f"Per request vLLM sets aside blocks in every group (the reserve): {convs} (the conv state stays bf16, "
                f"and its reserve "
                f"grows with the {f.max_in_flight_tokens:,} tokens in flight), and {attn['bfloat16']:,} attention "
@@ -425,7 +427,7 @@ def explain_gain(b: PoolPlan, f: PoolPlan) -> str:
 
 def capacity_report(cfg: InklingConfig, *, tp: int, max_model_len: int, max_num_batched_tokens: int, available_bytes,
                     settings=None, concurrency: float | None = None, **plan_kw) -> str:
-    "Text report: the bf16 and fp8 pools at one setting, the reserve by group and why, and a sensitivity table at the same budget."
+    "Text report: bf16 and fp8 pools at one setting, the reserve by group and why, a sensitivity table at that budget."
     kw = dict(tp=tp, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, **plan_kw)
     plans = {dt: plan_pool(cfg, kv_cache_dtype=dt, available_bytes=available_bytes, **kw) for dt in ("bfloat16", "fp8")}
     b, f = plans["bfloat16"], plans["fp8"]

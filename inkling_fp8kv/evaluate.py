@@ -39,7 +39,7 @@ def kl_rows(logp_ref, logp) -> np.ndarray:
     return np.maximum((np.exp(lr) * (lr - la)).sum(-1), 0.0)
 
 def position_metrics(ref: dict, arm: dict) -> dict:
-    "Per position of one document: KL(ref ‖ arm), ΔNLL of the true byte (arm − ref), top-1 agreement, Δp of the true byte."
+    "Per position of one document: KL(ref ‖ arm), ΔNLL of the true byte (arm − ref), top-1 agreement, true byte's Δp."
     lr, la = ref["lp"].astype(np.float64), arm["lp"].astype(np.float64)
     return dict(kld=kl_rows(ref["logp"], arm["logp"]), dnll=lr - la,
                 agree=(ref["top1"] == arm["top1"]).astype(np.float64),
@@ -56,14 +56,14 @@ def _ci(reps: np.ndarray) -> list:
     return [float(np.nanpercentile(reps, 2.5)), float(np.nanpercentile(reps, 97.5))]
 
 def clustered_mean(per_doc: list, W: np.ndarray, transform=None) -> dict:
-    "Mean over every position of every document, with a document-clustered bootstrap 95 % interval (`W` from `_boot_weights`)."
+    "Mean over all positions of all documents, with a document-clustered bootstrap 95 % CI (`W` from `_boot_weights`)."
     S = np.array([x.sum() for x in per_doc]); N = np.array([float(len(x)) for x in per_doc])
     f = transform or (lambda v: v)
     with np.errstate(invalid="ignore", divide="ignore"):
         return dict(value=float(f(S.sum() / N.sum())), ci95=_ci(f((W @ S) / (W @ N))))
 
 def clustered_quantiles(per_doc: list, W: np.ndarray) -> dict:
-    "mean, median, p99, p99.9 and max of non-negative per-position values (KL), each with a clustered bootstrap 95 % interval."
+    "mean, median, p99, p99.9, max of non-negative per-position values (KL), each with a clustered bootstrap 95 % CI."
     allv = np.concatenate(per_doc)
     out = dict(mean=clustered_mean(per_doc, W))
     H = np.stack([np.histogram(np.clip(x, 0, _QGRID[-1]), bins=_QGRID)[0] for x in per_doc]).astype(np.float64)
@@ -91,7 +91,7 @@ def summarize_arm(metrics: list, W: np.ndarray, buckets=BUCKETS) -> dict:
     return out
 
 def fixed_band(control: dict, nll_bf16: float) -> dict:
-    "The band, fixed before any run: per statistic, the larger of the control's 95 % bound and 1 % of the bf16 NLL (nats/byte)."
+    "The band, fixed before any run: per statistic, max(the control's 95 % bound, 1 % of the bf16 NLL (nats/byte))."
     floor = BAND_NLL_FRACTION * nll_bf16
     return dict(kld=max(control["kld"]["mean"]["ci95"][1], floor),
                 dnll=max(max(map(abs, control["dnll"]["ci95"])), floor),
@@ -131,7 +131,7 @@ def _set_scales(model, scales: dict):
     return model
 
 def arm_scales(checkpoint, calibration: list, *, first_batch_tokens: int, kernels: str, device) -> tuple:
-    "Per fp8 arm, `{layer: {k_scale, v_scale}}`: unity; our rule on the calibration sequences; vLLM's rule on their first batch."
+    "Per fp8 arm, `{layer: {k_scale, v_scale}}`: unity; our rule on the calibration sequences; vLLM's on the 1st batch."
     m = InklingLM.from_pretrained(checkpoint, kv_cache_dtype="bfloat16", kernels=kernels, device=device, warn=False)
     r = observe_kv_ranges(m, calibration)
     # vLLM computes its scales on the first forward batch
@@ -158,7 +158,7 @@ def arm_model(checkpoint, arm: str, scales: dict | None, *, kernels: str, device
 
 # %% ../nbs/13_evaluate.ipynb #26506be7
 def store_site_bands(ranges, scales: dict) -> list:
-    "Per layer and stream (K, V): clip and flush-to-zero rates of the observed store-site values at unity and at each arm's scales."
+    "Per layer and stream (K, V): clip and flush-to-zero rates of store-site values at unity and at each arm's scales."
     rows = []
     for i in sorted(ranges.layer_types):
         for s in ("k", "v"):
@@ -174,7 +174,7 @@ def worst_global_v(bands: list, arm: str = "fp8_unity", key: str = "clip") -> fl
     return max((r[arm][key] for r in bands if r["type"] == "global" and r["stream"] == "v"), default=0.0)
 
 def passkey_accuracy(model, prompts: dict, *, chunk: int, max_num_seqs: int = 64) -> dict:
-    "`{depth: bool array}` of exact-match pass-key retrievals (greedy, 6 bytes) per depth of `prompts` (`{depth: passkey_prompts}`)."
+    "`{depth: bool array}` of exact-match pass-key retrievals (greedy, 6 bytes) per depth of `prompts` (`{depth: …}`)."
     out = {}
     for d, P in prompts.items():
         L = max(map(len, P["prompts"])) + 6
@@ -188,9 +188,10 @@ def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = 
               passkey_depths=(), passkey_n: int = 50, passkey_seed: int = 7000, passkey_documents=None,
               n_boot: int | None = None,
               seed: int = 0, kernels: str = "auto", reuse: dict | None = None, progress: bool = False) -> dict:
-    """The instrument: teacher-forced next-byte distributions of `texts` through each arm of `checkpoint`, compared with bf16
-    on every position (KL, ΔNLL by position, top-1 agreement, RMS Δp of the true byte), with document-clustered bootstrap
-    intervals, the fixed band, store-site clip/flush rates per arm, and pass-key retrieval per arm when `passkey_depths`."""
+    """The instrument: teacher-forced next-byte distributions of `texts` through each arm of `checkpoint`, compared
+    with bf16 on every position (KL, ΔNLL by position, top-1 agreement, RMS Δp of the true byte), with
+    document-clustered bootstrap intervals, the fixed band, store-site clip/flush rates per arm, and pass-key retrieval
+    per arm when `passkey_depths`."""
     t0 = time.time()
     arms = tuple(arms)
     if "bf16" not in arms: raise ValueError("the bf16 arm is the reference: include it")
@@ -276,7 +277,7 @@ def predict_plant(v: torch.Tensor, rows: list, factor: float) -> dict:
     return dict(clip=float((x > 448).double().mean()), vmax=float(x.max()))
 
 def design_doses(checkpoint, calibration: list, *, plan=DOSE_PLAN, kernels: str = "reference", device="cpu") -> list:
-    "Doses `(channels, factor)` whose predicted worst-global-layer V clip at unity meets each target of `plan`, from clean V."
+    "Doses `(channels, factor)` whose predicted worst-global-layer V clip at unity meets each `plan` target (clean V)."
     vals, m = global_v_values(checkpoint, calibration, kernels=kernels, device=device)
     factors = [2.0 ** e for e in range(1, 17)]
     out = []
@@ -321,7 +322,7 @@ def _dose_row(r: dict, dose: dict) -> dict:
 def dose_response(checkpoint, texts: list, *, doses=None, workdir=None, device=None, passkey_depths=(512, 2048),
                   passkey_n: int = 50,
                   quick: bool = False, check_bf16: bool = True, progress: bool = False, **kw) -> dict:
-    "Every arm at every dose of planted V outliers (doses designed from the clean checkpoint unless given); rows sorted by dose."
+    "Every arm at every dose of planted V outliers (doses designed from the clean checkpoint unless given), by dose."
     t0 = time.time()
     wd = Path(workdir or tempfile.mkdtemp())
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -351,7 +352,7 @@ def dose_response(checkpoint, texts: list, *, doses=None, workdir=None, device=N
 
 # %% ../nbs/13_evaluate.ipynb #3243329e
 def dose_findings(dr: dict) -> list:
-    "Sentences generated from a dose-response: where unity fp8 leaves the band, whether calibration stays in, our rule vs vLLM's."
+    "Sentences from a dose-response: where unity fp8 leaves the band, whether calibration stays in, our rule vs vLLM's."
     rows = dr["rows"]
     band = dr["band"]
     out = []
@@ -384,7 +385,7 @@ def quick_texts(n: int = 3, size: int = 1500) -> list:
     return [t[len(t) // 2:len(t) // 2 + size] for _, t in heldout_documents()[:n]]
 
 def quick_eval(*, device=None, workdir=None, progress: bool = False) -> dict:
-    "The report's form of the instrument: the clean model and one upstream-regime plant, quick `text_eval` on three passages."
+    "The report's form of the instrument: clean model and one upstream-regime plant, quick `text_eval` on 3 passages."
     t0 = time.time()
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     kern = "reference" if dev.type == "cpu" else "triton"

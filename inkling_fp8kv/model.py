@@ -34,7 +34,7 @@ __all__ = ['tiny_lm_config', 'InklingBlockAttention', 'InklingMLP', 'InklingDeco
 
 # %% ../nbs/12_model.ipynb #6693551c
 def tiny_lm_config(**kw) -> InklingConfig:
-    "The embedded tiny Inkling: 6 layers (global layer 3, the rest local), hidden 256, 2 q / 1 kv heads of 128, window 128, E 256."
+    "Embedded tiny Inkling: 6 layers (layer 3 global, rest local), hidden 256, 2q/1kv heads of 128, window 128, E 256."
     d = dict(num_layers=6, local_layer_ids=(0, 1, 2, 4, 5), hidden_size=256, num_attention_heads=2, num_kv_heads=1,
              rel_extent=256, sliding_window=128, log_scaling_alpha=0.1, log_scaling_n_floor=512, vocab_size=TEXT_VOCAB,
              intermediate_size=168, num_experts=0, dense_mlp_idx=6)
@@ -47,7 +47,7 @@ class _W(nn.Module):
         super().__init__(); self.weight = nn.Parameter(torch.empty(*shape, dtype=dtype, device=device))
 
 class InklingBlockAttention(InklingAttention):
-    "`layer.InklingAttention` plus the projections a decoder layer owns around it: `wq_du|wk_dv|wv_dv|wr_du` (qkvr) and `wo_ud`."
+    "`layer.InklingAttention` plus the projections a decoder layer owns around it: `wq_du|wk_dv|wv_dv|wr_du`, `wo_ud`."
     def __init__(self, cfg: InklingConfig, layer_idx: int, **kw):
         super().__init__(cfg, layer_idx, **kw)
         g, H, dev = self.geom, cfg.hidden_size, self.q_scale.device
@@ -61,7 +61,7 @@ class InklingBlockAttention(InklingAttention):
         return torch.cat([self.wq_du.weight, self.wk_dv.weight, self.wv_dv.weight, self.wr_du.weight])
 
 class InklingMLP(nn.Module):
-    "Dense SwiGLU MLP: `w13_dn` holds gate and up rows interleaved (gate = rows 0::2, up = rows 1::2), `w2_md` projects back."
+    "Dense SwiGLU MLP: `w13_dn` has gate and up rows interleaved (gate rows 0::2, up rows 1::2), `w2_md` projects back."
     def __init__(self, hidden: int, inter: int, device=None):
         super().__init__()
         self.w13_dn, self.w2_md = _W(2 * inter, hidden, device=device), _W(hidden, inter, device=device)
@@ -92,7 +92,7 @@ class _LLM(nn.Module):
 
 # %% ../nbs/12_model.ipynb #99129678
 class InklingLM(nn.Module):
-    "A small Inkling: embedding (+ norm) → decoder layers on `layer.InklingAttention` → final norm → lm head. Params in vLLM's checkpoint names."
+    "A small Inkling: embedding (+ norm) → `layer.InklingAttention` decoder layers → norm → lm head; vLLM param names."
     def __init__(self, cfg: InklingConfig, *, kv_cache_dtype: str = "auto", kernels: str = "auto", platform=None,
                  capability=None, device=None):
         super().__init__()
@@ -132,13 +132,13 @@ class InklingLM(nn.Module):
 
 # %% ../nbs/12_model.ipynb #962dfdcf
 def _conv_dense(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    "Causal depthwise conv + residual of `x [B, L, C]` with `w [C, 1, 4]` (tap i multiplies x[p - 3 + i]); differentiable."
+    "Causal depthwise conv + residual of `x [B, L, C]` with `w [C, 1, 4]` (tap i times x[p - 3 + i]); differentiable."
     W = w.shape[-1]
     y = F.conv1d(F.pad(x.transpose(1, 2), (W - 1, 0)), w.to(x.dtype), groups=x.shape[-1]).transpose(1, 2)
     return x + y
 
 def rel_bias_dense(rel: torch.Tensor, L: int) -> torch.Tensor:
-    "`[B, H, L, L]` with `[i, j] = rel[b, i, h, i - j]` for `0 <= i - j < E`, else 0, from `rel [B, L, H, E]` (a skew, no index tensor)."
+    "`[B, H, L, L]` with `[i, j] = rel[b, i, h, i - j]` for `0 <= i - j < E`, else 0, from `rel [B, L, H, E]` (a skew)."
     B, _, H, E = rel.shape
     if E > L: rel, E = rel[..., :L], L
     R = rel.permute(0, 2, 1, 3).flip(-1)                               # [B, H, L, E]: column e holds distance E-1-e
@@ -146,7 +146,7 @@ def rel_bias_dense(rel: torch.Tensor, L: int) -> torch.Tensor:
     return P.flatten(-2)[..., E - 1:E - 1 + L * (E + L - 1)].view(B, H, L, E + L - 1)[..., :L]
 
 def dense_attention(q, k, v, rel, *, window: int | None, softmax_scale: float) -> torch.Tensor:
-    "Dense causal relative-bias attention, the kernels' math in differentiable torch: `q [B,L,Hq,D]`, `k, v [B,L,Hkv,D]`, `rel [B,L,Hq,E]`."
+    "Dense causal relative-bias attention (kernels' math, torch): `q [B,L,Hq,D]`, `k, v [B,L,Hkv,D]`, `rel [B,L,Hq,E]`."
     L, Hq = q.shape[1], q.shape[2]
     G = Hq // k.shape[2]
     i = torch.arange(L, device=q.device)
@@ -162,10 +162,11 @@ def _split(x: torch.Tensor, geom):
     return (x[..., o['q']:o['k']], x[..., o['k']:o['v']], x[..., o['v']:o['r']], x[..., o['r']:].unflatten(-1, (Hq, R)))
 
 def dense_logits(model: "InklingLM", tokens: torch.Tensor, *, dropout: float = 0.0) -> torch.Tensor:
-    "Logits `[B, L, V]` of `tokens [B, L]` by the served model's math in differentiable torch (training, oracle); `dropout` on the residual branches (training)."
+    "Logits `[B, L, V]` of `tokens [B, L]`: served model's math, differentiable torch; `dropout` on residual branches."
     llm, cfg = model.model.llm, model.cfg
     eps, L = cfg.rms_norm_eps, tokens.shape[1]
-    dt = llm.embed.weight.dtype if not torch.is_autocast_enabled(tokens.device.type) else torch.get_autocast_dtype(tokens.device.type)
+    dt = (llm.embed.weight.dtype if not torch.is_autocast_enabled(tokens.device.type)
+          else torch.get_autocast_dtype(tokens.device.type))
     h = rms_norm(F.embedding(tokens, llm.embed.weight), llm.embed_norm.weight, eps).to(dt)
     pos = torch.arange(L, device=tokens.device)
     for lay in llm.layers:
@@ -191,7 +192,7 @@ def dense_logits(model: "InklingLM", tokens: torch.Tensor, *, dropout: float = 0
 # %% ../nbs/12_model.ipynb #a1c5c34d
 @torch.no_grad()
 def _lm_forward(self: InklingLM, batch: ModelBatch, *, logit_rows: torch.Tensor | None = None) -> torch.Tensor:
-    "Serve one step through the paged caches (every layer's caches must be bound): fp32 logits of `logit_rows` (default: all rows)."
+    "Serve one step through the paged caches (all layers' caches bound): fp32 logits of `logit_rows` (default: all)."
     llm, cfg = self.model.llm, self.cfg
     eps = cfg.rms_norm_eps
     h = rms_norm(F.embedding(batch.tokens, llm.embed.weight), llm.embed_norm.weight, eps).to(torch.bfloat16)
@@ -215,7 +216,7 @@ InklingLM.forward = _lm_forward
 
 # %% ../nbs/12_model.ipynb #4e4fd781
 def _save_pretrained(self: InklingLM, path, *, max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
-    "Write `config.json`, safetensors shards of at most `max_shard_bytes` and `model.safetensors.index.json` (vLLM names; scales included)."
+    "Write `config.json`, safetensors shards ≤ `max_shard_bytes`, `model.safetensors.index.json` (vLLM names, scales)."
     # scales are written only where a checkpoint or calibration set them
     keep = getattr(self, "loaded_scale_names", set())
     sd = {k: v for k, v in self.state_dict().items() if not k.endswith("_scale") or k in keep}
@@ -228,7 +229,7 @@ def _save_pretrained(self: InklingLM, path, *, max_shard_bytes: int = MAX_SHARD_
 def _from_pretrained(cls, path, *, kv_cache_dtype: str = "auto", kernels: str = "auto", platform=None, capability=None,
                      device=None,
                      warn: bool = True) -> InklingLM:
-    "Load a checkpoint written by `save_pretrained` (or by vLLM-style tools): weights strictly, then the KV scales via `scales.load_kv_scales` + coverage check."
+    "Load a `save_pretrained`/vLLM-style checkpoint: weights strictly, KV scales (`scales.load_kv_scales`, coverage)."
     from inkling_fp8kv.layer import load_layer_scales
     path = Path(path)
     cj, tensors = read_checkpoint(path)
@@ -262,12 +263,12 @@ InklingLM.from_pretrained = _from_pretrained
 
 # %% ../nbs/12_model.ipynb #7c31223e
 def train_log() -> dict:
-    "The training log of the shipped checkpoint (loss, held-out accuracy during training, served accuracy, command, GPU, versions)."
+    "The shipped checkpoint's training log (loss, held-out accuracy, served accuracy, command, GPU, versions)."
     return json.loads((tiny_checkpoint().parent / "train_log.json").read_text())
 
 # %% ../nbs/12_model.ipynb #107eab2f
 def planted_rows(attn: InklingAttention, channels: int) -> list:
-    "The V-projection rows `plant_v_outliers` scales in one layer: the `channels` heaviest rows (by weight norm) of each KV head."
+    "V-projection rows `plant_v_outliers` scales in a layer: the `channels` heaviest rows (by weight norm) per KV head."
     g, D = attn.geom, attn.geom.head_dim
     if not 0 < channels <= D: raise ValueError(f"channels={channels} must be in [1, {D}]")
     rows = []
@@ -277,7 +278,9 @@ def planted_rows(attn: InklingAttention, channels: int) -> list:
     return rows
 
 def plant_v_outliers(src, dst, *, layers=None, channels: int = 128, factor: float = 1024.0) -> dict:
-    "Copy checkpoint `src` to `dst` with `channels` V channels per KV head of `layers` (default: the global ones) scaled by `factor` (a power of two) and the o-proj columns that read them by 1/`factor`: the bf16 function is unchanged, the stored V gets outliers."
+    """Copy checkpoint `src` to `dst` with `channels` V channels per KV head of `layers` (default: the global ones)
+    scaled by `factor` (a power of two) and the o-proj columns that read them by 1/`factor`: the bf16 function is
+    unchanged, the stored V gets outliers."""
     m, e = math.frexp(factor)
     if factor <= 1 or m != 0.5:
         raise ValueError(f"factor={factor}: a power of two > 1 keeps bf16 results bit-identical")

@@ -36,8 +36,8 @@ def scale_from_amax(amax, safety: float = 1.3) -> float:
     if not (math.isfinite(a) and a >= 0):
         raise ValueError(f"amax={a}: a range must be finite and >= 0 (the max |x| a layer stored; "
                          "inf or NaN means the observed values were not finite)")
-    if not (math.isfinite(s)
-            and s > 0): raise ValueError(f"safety={s}: the headroom factor must be finite and > 0 (default 1.3)")
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(f"safety={s}: the headroom factor must be finite and > 0 (default 1.3)")
     scale = max(1.0, a * s / E4M3_MAX)
     if not math.isfinite(scale): raise ValueError(f"amax={a}, safety={s}: amax·safety overflows a float")
     return scale
@@ -115,10 +115,9 @@ def observe_kv_ranges(model, batches, *, sample_rate: float = 1.0, seed: int = 0
     for key, st in acc.items():
         x = torch.cat(samples[key])
         samples[key] = x
-        qs = torch.quantile(x[torch.randperm(x.numel(),
-                                             generator=torch.Generator().manual_seed(seed))[:1 << 24]].double(),
-                                             torch.tensor([0.999, 0.9999],
-                                                          dtype=torch.float64)) if x.numel() else torch.zeros(2)
+        qs = (torch.quantile(x[torch.randperm(x.numel(), generator=torch.Generator().manual_seed(seed))[:1 << 24]]
+                             .double(), torch.tensor([0.999, 0.9999], dtype=torch.float64))
+              if x.numel() else torch.zeros(2))
         out[key] = dict(n=st["n"], amax=st["amax"], p999=float(qs[0]), p9999=float(qs[1]), sampled=x.numel())
     return KVRanges(out, samples, tokens, types_)
 
@@ -182,11 +181,11 @@ def _read_calibration_file(p: Path) -> list:
         if isinstance(t, dict) and isinstance(t.get("text"), str) and t["text"]: items.append(t["text"])
         elif isinstance(t, list) and t and all(isinstance(x, int) and not isinstance(x, bool) for x in t):
             items.append(t)
-        else: raise CheckpointError(f"{p}:{n}: expected a non-empty token-id list or an object with a non-empty "
-                                    f"\"text\" field")
-    if len({type(x)
-            for x in items}) > 1: raise CheckpointError(f"{p}: mixes token-id lists and text lines; use one kind per "
-                                                        f"file")
+        else:
+            raise CheckpointError(f"{p}:{n}: expected a non-empty token-id list or an object with a non-empty "
+                                  f"\"text\" field")
+    if len({type(x) for x in items}) > 1:
+        raise CheckpointError(f"{p}: mixes token-id lists and text lines; use one kind per file")
     return items
 
 def calibration_batches(*, data=None, num_samples: int = 16, max_len: int = 2048) -> list:
@@ -226,8 +225,8 @@ def check_calibration_paths(src, out=None, *, dry_run: bool = False) -> tuple:
         raise CheckpointError(f"{ck.dir / CONFIG_NAME}: not an Inkling config: {why}") from None
     if dry_run: return ck.dir, None
     if out is None:
-        if ck.dir == tiny_checkpoint().resolve(): raise CheckpointError(f"{ck.dir} is the package's shipped "
-                                                                        f"checkpoint: pass an output folder (--out)")
+        if ck.dir == tiny_checkpoint().resolve():
+            raise CheckpointError(f"{ck.dir} is the package's shipped checkpoint: pass an output folder (--out)")
         if not os.access(ck.dir, os.W_OK | os.X_OK):
             raise CheckpointError(f"{ck.dir} is not writable: pass an output folder (--out)")
         return ck.dir, None

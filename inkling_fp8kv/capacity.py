@@ -161,11 +161,10 @@ class PoolPlan:
     def __repr__(self):
         bpr = ", ".join(f"{k} {v:,}" for k, v in self.blocks_per_request.items())
         return (f"PoolPlan(tp={self.tp}, {self.kv_cache_dtype}, max_model_len={self.max_model_len:,}, "
-                f"max_num_batched_tokens="
-                f"{self.max_num_batched_tokens:,}: {len(self.groups)} groups of {self.group_size}, "
-                f"{self.bytes_per_block:,} B/block, "
-                f"num_blocks={self.num_blocks:,}, blocks/request {self.blocks_per_request_total:,} ({bpr}), "
-                f"concurrency {self.max_concurrency:.2f}x, pool {self.pool_tokens:,} tokens)")
+                f"max_num_batched_tokens={self.max_num_batched_tokens:,}: {len(self.groups)} groups of "
+                f"{self.group_size}, {self.bytes_per_block:,} B/block, num_blocks={self.num_blocks:,}, blocks/request "
+                f"{self.blocks_per_request_total:,} ({bpr}), concurrency {self.max_concurrency:.2f}x, pool "
+                f"{self.pool_tokens:,} tokens)")
 
 # %% ../nbs/11_capacity.ipynb #a5f7e083
 def _structure(cfg, *, tp, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_concurrent_batches, block_size,
@@ -183,8 +182,8 @@ def _structure(cfg, *, tp, kv_cache_dtype, max_model_len, max_num_batched_tokens
 
 def _budgets(available_bytes) -> list:
     "One int budget per rank from an int or a list/tuple of ints; ValueError for else (a float, a str, an empty list)."
-    b = [available_bytes] if is_int(available_bytes) else list(available_bytes) if isinstance(available_bytes,
-                                                                                              (list, tuple)) else None
+    b = ([available_bytes] if is_int(available_bytes)
+         else list(available_bytes) if isinstance(available_bytes, (list, tuple)) else None)
     if not b or any(not is_int(x) for x in b):
         raise ValueError(f"available_bytes must be an int or a non-empty list of ints (one per rank), got "
                          f"{available_bytes!r}")
@@ -218,10 +217,9 @@ def plan_pool(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max_model_len
                                            max_concurrent_batches=max_concurrent_batches,
                                            block_size=block_size, extra_retained_tokens=extra_retained_tokens)
             raise PoolDoesNotFit(f"available_bytes={avail:,} on rank {rank} cannot hold one request of "
-                                 f"max_model_len={max_model_len:,}: "
-                             f"it needs {(reserve + 1) * bpb:,} B ({reserve:,} blocks + the null block, {bpb:,} B "
-                             f"each); "
-                             f"the largest max_model_len that fits is {fit:,}")
+                                 f"max_model_len={max_model_len:,}: it needs {(reserve + 1) * bpb:,} B ({reserve:,} "
+                                 f"blocks + the null block, {bpb:,} B each); the largest max_model_len that fits is "
+                                 f"{fit:,}")
     return PoolPlan(tp, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_concurrent_batches, block_size,
                     groups,
                     group_size, bpb, min(budgets), min(b // bpb for b in budgets))
@@ -323,10 +321,9 @@ def table_markdown(rows: list) -> str:
             out.append(f"| {r['max_model_len']:,} | {r['max_num_batched_tokens']:,} | does not fit | does not fit | — "
                        f"| — | — | — | — |"); continue
         out.append(f"| {r['max_model_len']:,} | {r['max_num_batched_tokens']:,} | {r['blocks_per_request_bf16']:,} | "
-                   f"{r['blocks_per_request_fp8']:,} | "
-                   f"{r['pool_tokens_bf16']:,} | {r['pool_tokens_fp8']:,} | {r['concurrency_bf16']:.2f} / "
-                   f"{r['concurrency_fp8']:.2f} | "
-                   f"{100 * r['gain']:+.1f} % | {100 * r['conv_share_fp8']:.0f} % |")
+                   f"{r['blocks_per_request_fp8']:,} | {r['pool_tokens_bf16']:,} | {r['pool_tokens_fp8']:,} | "
+                   f"{r['concurrency_bf16']:.2f} / {r['concurrency_fp8']:.2f} | {100 * r['gain']:+.1f} % | "
+                   f"{100 * r['conv_share_fp8']:.0f} % |")
     return "\n".join(out)
 
 
@@ -345,8 +342,8 @@ def plot_fp8_gain(rows: list, *, title: str | None = None):
     order = list(dict.fromkeys(label(r["max_model_len"]) for r in rows))
     cols = sorted({r["max_num_batched_tokens"] for r in rows})
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 9.6))
-    heat = df.pivot(index="max_model_len", columns="max_num_batched_tokens", values="gain %").reindex(index=order,
-                                                                                                      columns=cols)
+    heat = df.pivot(index="max_model_len", columns="max_num_batched_tokens",
+                    values="gain %").reindex(index=order, columns=cols)
     sns.heatmap(heat, annot=True, fmt=".1f", cmap="viridis", cbar_kws=dict(label="fp8 pool gain (%)"), ax=ax1)
     # the cells without a number: a setting the budget cannot hold, or one not asked for
     for y, mml in enumerate(order):
@@ -400,24 +397,20 @@ def explain_gain(b: PoolPlan, f: PoolPlan) -> str:
                       "full" if blk(f, "full") else "sliding")
     if b.bytes_per_block == f.bytes_per_block:
         page = (f"Both dtypes get the same bytes per block id ({b.bytes_per_block:,} B) and so the same num_blocks "
-                f"({b.num_blocks:,}): vLLM "
-                f"gives every layer one page size, the largest, here the bf16 conv state's "
-                f"({f.groups[0].page_size_bytes:,} B per layer), "
-                f"and fills it by scaling block sizes. An fp8 token takes half the attention bytes, so an fp8 "
-                f"attention block holds "
-                f"{blk(f, ak)} tokens where a bf16 one holds {blk(b, ak)}.")
+                f"({b.num_blocks:,}): vLLM gives every layer one page size, the largest, here the bf16 conv state's "
+                f"({f.groups[0].page_size_bytes:,} B per layer), and fills it by scaling block sizes. An fp8 token "
+                f"takes half the attention bytes, so an fp8 attention block holds {blk(f, ak)} tokens where a bf16 one "
+                f"holds {blk(b, ak)}.")
     else:
         page = (f"Bytes per block id: bf16 {b.bytes_per_block:,} B, fp8 {f.bytes_per_block:,} B (the attention page is "
-                f"the largest here, "
-                f"and fp8 halves it), so fp8 gets {f.num_blocks:,} blocks where bf16 gets {b.num_blocks:,}.")
+                f"the largest here, and fp8 halves it), so fp8 gets {f.num_blocks:,} blocks where bf16 gets "
+                f"{b.num_blocks:,}.")
     bconv = b.blocks_per_request.get("conv", 0)
     convs = (f"{conv:,} conv-state blocks in both dtypes" if bconv == conv
              else f"{bconv:,} conv-state blocks in bf16 and {conv:,} in fp8")
     reserve = (f"Per request vLLM sets aside blocks in every group (the reserve): {convs} (the conv state stays bf16, "
-               f"and its reserve "
-               f"grows with the {f.max_in_flight_tokens:,} tokens in flight), and {attn['bfloat16']:,} attention "
-               f"blocks in bf16 "
-               f"against {attn[f.kv_cache_dtype]:,} in fp8.")
+               f"and its reserve grows with the {f.max_in_flight_tokens:,} tokens in flight), and {attn['bfloat16']:,} "
+               f"attention blocks in bf16 against {attn[f.kv_cache_dtype]:,} in fp8.")
     share = f"The conv share, the conv-state blocks' part of an fp8 request's reserve, is {f.conv_reserve_share:.0%}"
     share += (f"; fp8 shrinks only the rest, so the pool holds {gain:+.1%} tokens ({b.pool_tokens:,} → "
               f"{f.pool_tokens:,}), about 1 − conv share."
@@ -432,8 +425,8 @@ def capacity_report(cfg: InklingConfig, *, tp: int, max_model_len: int, max_num_
     plans = {dt: plan_pool(cfg, kv_cache_dtype=dt, available_bytes=available_bytes, **kw) for dt in ("bfloat16", "fp8")}
     b, f = plans["bfloat16"], plans["fp8"]
     lines = [f"KV pool per rank at TP{tp}: max_model_len {max_model_len:,}, max_num_batched_tokens "
-             f"{max_num_batched_tokens:,} "
-             f"({b.max_in_flight_tokens:,} tokens in flight), {gib_text(b.available_bytes)} of KV memory", "",
+             f"{max_num_batched_tokens:,} ({b.max_in_flight_tokens:,} tokens in flight), {gib_text(b.available_bytes)} "
+             f"of KV memory", "",
              plan_markdown(plans), "",
              f"fp8 pool gain {100 * (f.pool_tokens / b.pool_tokens - 1):+.1f} %. {explain_gain(b, f)}"]
     if concurrency is not None:
@@ -441,11 +434,10 @@ def capacity_report(cfg: InklingConfig, *, tp: int, max_model_len: int, max_num_
             need = min_available_bytes(cfg, kv_cache_dtype=dt, concurrency=concurrency,
                                        **{k: v for k, v in kw.items() if k != "num_gpu_blocks_override"})
             lines.append(f"{dt:>9}: {gib_text(need)} per rank for {concurrency:g}x concurrency")
-    settings = settings if settings is not None else sorted({*PUBLISHED_SETTINGS,
-                                                             (max_model_len, max_num_batched_tokens)})
+    settings = (settings if settings is not None
+                else sorted({*PUBLISHED_SETTINGS, (max_model_len, max_num_batched_tokens)}))
     rows = sensitivity_table(cfg, tp=tp, available_bytes=available_bytes, settings=settings, **plan_kw)
-    return "\n".join(lines + ["",
-                              f"sensitivity at the same budget ({sum(r['fits'] for r in rows)} of {len(rows)} settings "
-                              f"fit):",
+    return "\n".join(lines + ["", f"sensitivity at the same budget ({sum(r['fits'] for r in rows)} of {len(rows)} "
+                                  f"settings fit):",
                                table_markdown(rows)])
 

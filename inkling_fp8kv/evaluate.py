@@ -219,8 +219,8 @@ def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = 
             res[arm], pk[arm] = reuse[arm]; continue
         m = arm_model(checkpoint, arm, scales, kernels=kern, device=dev)
         ctl = arm == "bf16_control"
-        res[arm] = score_documents(m, segs, chunk=3 * chunk // 4 + 3 if ctl else chunk, prefix=encode(CONTROL_NONCE)
-                                   if ctl else ())
+        res[arm] = score_documents(m, segs, chunk=3 * chunk // 4 + 3 if ctl else chunk,
+                                   prefix=encode(CONTROL_NONCE) if ctl else ())
         pk[arm] = passkey_accuracy(m, pk_prompts, chunk=chunk) if arm != "bf16_control" else {}
         if arm.startswith("bf16"): reuse[arm] = (res[arm], pk[arm])
         if progress: print(f"  {arm}: {time.time() - t0:.0f} s", flush=True)
@@ -345,8 +345,9 @@ def dose_response(checkpoint, texts: list, *, doses=None, workdir=None, device=N
             m = arm_model(dst, "bf16", None, kernels=kern, device=dev)
             got = score_documents(m, _segments(texts, r["max_len"]), chunk=2048 if dev.type == "cpu" else 8192)
             bf16_identical = all(np.array_equal(g["lp"], b["lp"]) for g, b in zip(got, reuse["bf16"][0]))
-        if progress: print(f"dose {dose['channels']}×{dose['factor']:g}: clip {rows[-1]['v_clip_unity']:.2e}, "
-                           f"{time.time() - t0:.0f} s", flush=True)
+        if progress:
+            print(f"dose {dose['channels']}×{dose['factor']:g}: clip {rows[-1]['v_clip_unity']:.2e}, "
+                  f"{time.time() - t0:.0f} s", flush=True)
     return dict(rows=rows, band=clean["band"], clean=clean, bf16_identical_at_strongest=bf16_identical,
                 texts=len(texts), bytes=clean["bytes"], kernels=kern, seconds=round(time.time() - t0, 1))
 
@@ -362,10 +363,8 @@ def dose_findings(dr: dict) -> list:
         out.append(f"Unity-scale fp8 stays inside the band on {stat} at every dose (up to V clip "
                    f"{rows[-1]['v_clip_unity']:.1e})." if first is None else
                    f"Unity-scale fp8 first leaves the band on {stat} at a worst-global-layer V clip of "
-                   f"{first['v_clip_unity']:.1e} "
-                   f"({first['channels']} channel(s) × {first['factor']:g}: {stat} "
-                   f"{first['arms']['fp8_unity'][val]:.2e} nats "
-                   f"against a band of {band[lim]:.2e}).")
+                   f"{first['v_clip_unity']:.1e} ({first['channels']} channel(s) × {first['factor']:g}: {stat} "
+                   f"{first['arms']['fp8_unity'][val]:.2e} nats against a band of {band[lim]:.2e}).")
     for arm, name in (("fp8_calibrated", "Calibrated fp8 (our rule)"), ("fp8_vllm_rule", "fp8 with vLLM's rule")):
         if arm not in rows[0]["arms"]: continue
         out_ = [r for r in rows if not r["arms"][arm]["inside_band"]]
@@ -401,14 +400,11 @@ def quick_eval(*, device=None, workdir=None, progress: bool = False) -> dict:
     u1, k1 = row1["arms"]["fp8_unity"], row1["arms"]["fp8_calibrated"]
     inside = lambda d: "inside" if d["inside_band"] else "outside"
     sentence = (f"On the tiny model ({clean['bytes']:,} held-out bytes, {kern} kernels), unity-scale fp8 moves the "
-                f"next-byte "
-                f"distributions by a mean KL of {u0['kld_mean']:.1e} nats against a bf16 control floor of "
-                f"{c0['kld_mean']:.1e}, "
-                f"{inside(u0)} the band ({clean['band']['kld']:.1e}); with upstream-regime V outliers (worst global "
-                f"layer "
-                f"clipping {row1['v_clip_unity']:.1e} of V at unity, max |V| {row1['v_max']:.0f}) unity fp8 gives "
-                f"{u1['kld_mean']:.1e} "
-                f"({inside(u1)}) and calibrated scales {k1['kld_mean']:.1e} ({inside(k1)}).")
+                f"next-byte distributions by a mean KL of {u0['kld_mean']:.1e} nats against a bf16 control floor of "
+                f"{c0['kld_mean']:.1e}, {inside(u0)} the band ({clean['band']['kld']:.1e}); with upstream-regime V "
+                f"outliers (worst global layer clipping {row1['v_clip_unity']:.1e} of V at unity, max |V| "
+                f"{row1['v_max']:.0f}) unity fp8 gives {u1['kld_mean']:.1e} ({inside(u1)}) and calibrated scales "
+                f"{k1['kld_mean']:.1e} ({inside(k1)}).")
     if progress: print(f"quick_eval: {time.time() - t0:.0f} s", flush=True)
     return dict(clean=clean, plant=plant, dose=dose, rows=[row0, row1], sentence=sentence,
                 seconds=round(time.time() - t0, 1))

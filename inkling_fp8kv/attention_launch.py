@@ -42,7 +42,7 @@ def _num_sms(device) -> int:
 
 def decode_num_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, window=None, block_n: int = 64,
                       waves: int = 16, num_sms: int = 132) -> int:
-    "Splits per (request, KV head) of split-KV decode: at most `waves` programs per SM in all, at least a key tile each."
+    "Splits per (request, KV head) of split-KV decode: at most `waves` programs per SM in all, each a key tile or more."
     visible = min(max_seqlen_k, window) if window else max_seqlen_k
     # round down: a launch just over a whole number of resident waves leaves a few programs running alone at the end
     return max(1, min(waves * num_sms // (batch * num_kv_heads), triton.cdiv(visible, block_n), MAX_SPLITS))

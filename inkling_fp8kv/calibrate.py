@@ -36,7 +36,8 @@ def scale_from_amax(amax, safety: float = 1.3) -> float:
     if not (math.isfinite(a) and a >= 0):
         raise ValueError(f"amax={a}: a range must be finite and >= 0 (the max |x| a layer stored; "
                          "inf or NaN means the observed values were not finite)")
-    if not (math.isfinite(s) and s > 0): raise ValueError(f"safety={s}: the headroom factor must be finite and > 0 (default 1.3)")
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(f"safety={s}: the headroom factor must be finite and > 0 (default 1.3)")
     scale = max(1.0, a * s / E4M3_MAX)
     if not math.isfinite(scale): raise ValueError(f"amax={a}, safety={s}: amax·safety overflows a float")
     return scale
@@ -55,7 +56,8 @@ class KVRanges:
     def scales(self, safety: float = 1.3, *, q: bool = False) -> dict:
         "`{layer: {'k_scale', 'v_scale'[, 'q_scale']}}` by `scale_from_amax` (the format `write_kv_scales` takes)."
         kinds = ("q", "k", "v") if q else ("k", "v")
-        return {i: {f"{s}_scale": scale_from_amax(self.stats[(i, s)]["amax"], safety) for s in kinds} for i in sorted(self.layer_types)}
+        return {i: {f"{s}_scale": scale_from_amax(self.stats[(i, s)]["amax"], safety) for s in kinds}
+                for i in sorted(self.layer_types)}
 
     def band(self, layer: int, stream: str, scale: float = 1.0) -> dict:
         "`numerics.band_stats` (clip, flush-to-zero, round-trip error) of this stream's sample stored at `scale`."
@@ -66,7 +68,8 @@ def _record(acc, samples, key, x, rate, gen):
     st = acc.setdefault(key, dict(n=0, amax=0.0))
     st["n"] += a.numel()
     if a.numel(): st["amax"] = max(st["amax"], float(a.max()))
-    if not torch.isfinite(a).all(): raise ValueError(f"layer {key[0]} stream {key[1]}: non-finite values at the store site")
+    if not torch.isfinite(a).all():
+        raise ValueError(f"layer {key[0]} stream {key[1]}: non-finite values at the store site")
     if rate < 1.0: a = a[torch.rand(a.numel(), generator=gen, device="cpu").to(a.device) < rate]
     samples.setdefault(key, []).append(a.cpu())
 
@@ -87,13 +90,15 @@ def observe_kv_ranges(model, batches, *, sample_rate: float = 1.0, seed: int = 0
                       max_num_batched_tokens: int = 8192) -> KVRanges:
     "Serve `batches` (token sequences) through `model` (bf16 KV cache) and observe q/K/V at every layer's store site."
     if model.kv.quantized:
-        raise ValueError("observe on a model with a bf16 KV cache: stored fp8 is already clipped (load it with kv_cache_dtype='bfloat16')")
+        raise ValueError("observe on a model with a bf16 KV cache: stored fp8 is already clipped (load it with "
+                         "kv_cache_dtype='bfloat16')")
     if not 0 < sample_rate <= 1: raise ValueError(f"sample_rate={sample_rate} must be in (0, 1]")
     seqs = [list(map(int, b)) for b in batches]
     if not seqs: raise ValueError("no calibration batches")
     acc, samples = {}, {}
     longest = max(map(len, seqs))
-    eng = Engine(model, max_num_seqs=min(16, len(seqs)), max_num_batched_tokens=max_num_batched_tokens, max_model_len=max(longest, 16))
+    eng = Engine(model, max_num_seqs=min(16, len(seqs)), max_num_batched_tokens=max_num_batched_tokens,
+                 max_model_len=max(longest, 16))
     with _store_site_observer(model, acc, samples, sample_rate, seed):
         eng.score(seqs, progress=progress)
     tokens = sum(map(len, seqs))
@@ -103,24 +108,29 @@ def observe_kv_ranges(model, batches, *, sample_rate: float = 1.0, seed: int = 0
         for s, heads in (("q", g.num_heads), ("k", g.num_kv_heads), ("v", g.num_kv_heads)):
             want = tokens * heads * g.head_dim
             got = acc.get((i, s), {}).get("n", 0)
-            if got != want: raise RuntimeError(f"layer {i} stream {s}: observed {got} values, expected {want} (= {tokens} tokens × {heads} heads × {g.head_dim})")
+            if got != want:
+                raise RuntimeError(f"layer {i} stream {s}: observed {got} values, expected {want} (= {tokens} tokens × "
+                                   f"{heads} heads × {g.head_dim})")
     out = {}
     for key, st in acc.items():
         x = torch.cat(samples[key])
         samples[key] = x
-        qs = torch.quantile(x[torch.randperm(x.numel(), generator=torch.Generator().manual_seed(seed))[:1 << 24]].double(), torch.tensor([0.999, 0.9999], dtype=torch.float64)) if x.numel() else torch.zeros(2)
+        qs = (torch.quantile(x[torch.randperm(x.numel(), generator=torch.Generator().manual_seed(seed))[:1 << 24]]
+                             .double(), torch.tensor([0.999, 0.9999], dtype=torch.float64))
+              if x.numel() else torch.zeros(2))
         out[key] = dict(n=st["n"], amax=st["amax"], p999=float(qs[0]), p9999=float(qs[1]), sampled=x.numel())
     return KVRanges(out, samples, tokens, types_)
 
 # %% ../nbs/10_calibrate.ipynb #8d99f055
 def layer_table(r: KVRanges, safety: float = 1.3) -> list:
-    "One row per (layer, stream) with the observed range, the rule's scale and the e4m3 band at unity and at that scale."
+    "One row per (layer, stream): the observed range, the rule's scale and the e4m3 band at unity and at that scale."
     rows = []
     for (i, s), st in sorted(r.stats.items()):
         sc = scale_from_amax(st["amax"], safety)
         b1, bs = r.band(i, s, 1.0), r.band(i, s, sc)
         rows.append(dict(layer=i, type=r.layer_types[i], stream=s, amax=st["amax"], p9999=st["p9999"], scale=sc,
-                         clip_unity=b1["clip"], clip_scaled=bs["clip"], flush_unity=b1["flush"], flush_scaled=bs["flush"],
+                         clip_unity=b1["clip"], clip_scaled=bs["clip"], flush_unity=b1["flush"],
+                         flush_scaled=bs["flush"],
                          rt_err_unity=b1["rt_err"], rt_err_scaled=bs["rt_err"]))
     return rows
 
@@ -136,7 +146,8 @@ def tier2_table(r: KVRanges, fixed_scale: float = 3.0) -> list:
             n = {i: r.samples[(i, s)].numel() for i in layers}
             N = sum(n.values())
             pool = lambda b, k: sum(b[i][k] * n[i] for i in layers) / N
-            rows.append({"type.stream": f"{t}.{s.upper()} ({len(layers)})", "max abs": max(r.stats[(i, s)]["amax"] for i in layers),
+            rows.append({"type.stream": f"{t}.{s.upper()} ({len(layers)})",
+                         "max abs": max(r.stats[(i, s)]["amax"] for i in layers),
                          "p99.99 (worst layer)": max(r.stats[(i, s)]["p9999"] for i in layers),
                          "clip @s=1 (pooled / worst)": (pool(b1, "clip"), max(b1[i]["clip"] for i in layers)),
                          "flush @s=1": pool(b1, "flush"), f"clip @s={fixed_scale:g}": pool(b3, "clip"),
@@ -147,16 +158,19 @@ def markdown_table(rows: list, fmt=None) -> str:
     "Rows of dicts as a markdown table (floats in short scientific or fixed notation)."
     def f(v):
         if isinstance(v, tuple): return " / ".join(f(x) for x in v)
-        if isinstance(v, float): return "0" if v == 0 else (f"{v:.2e}" if abs(v) < 1e-2 else f"{v:,.3g}" if abs(v) < 1e4 else f"{v:,.0f}")
+        if isinstance(v, float):
+            return "0" if v == 0 else (f"{v:.2e}" if abs(v) < 1e-2 else f"{v:,.3g}" if abs(v) < 1e4 else f"{v:,.0f}")
         return str(v)
     head = list(rows[0])
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(f(r[h]) for h in head) + " |" for r in rows])
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                     + ["| " + " | ".join(f(r[h]) for h in head) + " |" for r in rows])
 
 # %% ../nbs/10_calibrate.ipynb #a5331682
 def _read_calibration_file(p: Path) -> list:
     "A `.txt` file (one text), or JSONL: each line a token-id list or an object with a `text` field (not mixed)."
     try: raw = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e: raise CheckpointError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e: raise CheckpointError(f"cannot read calibration data {p}: {e.strerror or e}") from None
     if p.suffix.lower() != ".jsonl": return [raw] if raw.strip() else []
     items = []
@@ -165,16 +179,21 @@ def _read_calibration_file(p: Path) -> list:
         try: t = json.loads(l)
         except json.JSONDecodeError as e: raise CheckpointError(f"{p}:{n}: not JSON ({e.msg})") from None
         if isinstance(t, dict) and isinstance(t.get("text"), str) and t["text"]: items.append(t["text"])
-        elif isinstance(t, list) and t and all(isinstance(x, int) and not isinstance(x, bool) for x in t): items.append(t)
-        else: raise CheckpointError(f"{p}:{n}: expected a non-empty token-id list or an object with a non-empty \"text\" field")
-    if len({type(x) for x in items}) > 1: raise CheckpointError(f"{p}: mixes token-id lists and text lines; use one kind per file")
+        elif isinstance(t, list) and t and all(isinstance(x, int) and not isinstance(x, bool) for x in t):
+            items.append(t)
+        else:
+            raise CheckpointError(f"{p}:{n}: expected a non-empty token-id list or an object with a non-empty "
+                                  f"\"text\" field")
+    if len({type(x) for x in items}) > 1:
+        raise CheckpointError(f"{p}: mixes token-id lists and text lines; use one kind per file")
     return items
 
 def calibration_batches(*, data=None, num_samples: int = 16, max_len: int = 2048) -> list:
     """Calibration sequences (token-id lists): text from `data` (`.txt`, or `.jsonl` with a `"text"` field per line) or
     token-id lists (`.jsonl`, one list per line), else the text shipped for calibration (`text.calibration_text()`, from
     training books, none of it held out); texts are encoded as bytes in segments of at most `max_len` ids."""
-    if not isinstance(num_samples, int) or num_samples < 1: raise CheckpointError(f"num_samples must be a positive int, got {num_samples!r}")
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise CheckpointError(f"num_samples must be a positive int, got {num_samples!r}")
     if data is None:
         return text_sequences([calibration_text()], max_len)[:num_samples]
     p = Path(data)
@@ -186,7 +205,8 @@ def calibration_batches(*, data=None, num_samples: int = 16, max_len: int = 2048
 # %% ../nbs/10_calibrate.ipynb #a2df99b3
 def check_out_folder(out, *, empty: bool = False, staged: bool = False, what: str = "output folder") -> Path:
     """`out` resolved, checked before any work: not a file, empty if `empty`, and writable where it will be made (its
-    nearest existing folder; with `staged`, beside it, where a copy is made and renamed into place); else `CheckpointError`."""
+    nearest existing folder; with `staged`, beside it, where a copy is made and renamed into place); else
+    `CheckpointError`."""
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir(): raise CheckpointError(f"{what} {out} exists and is not a folder")
     if empty and out.exists() and any(out.iterdir()): raise CheckpointError(f"{what} {out} exists and is not empty")
@@ -205,8 +225,10 @@ def check_calibration_paths(src, out=None, *, dry_run: bool = False) -> tuple:
         raise CheckpointError(f"{ck.dir / CONFIG_NAME}: not an Inkling config: {why}") from None
     if dry_run: return ck.dir, None
     if out is None:
-        if ck.dir == tiny_checkpoint().resolve(): raise CheckpointError(f"{ck.dir} is the package's shipped checkpoint: pass an output folder (--out)")
-        if not os.access(ck.dir, os.W_OK | os.X_OK): raise CheckpointError(f"{ck.dir} is not writable: pass an output folder (--out)")
+        if ck.dir == tiny_checkpoint().resolve():
+            raise CheckpointError(f"{ck.dir} is the package's shipped checkpoint: pass an output folder (--out)")
+        if not os.access(ck.dir, os.W_OK | os.X_OK):
+            raise CheckpointError(f"{ck.dir} is not writable: pass an output folder (--out)")
         return ck.dir, None
     target = check_out_folder(out, empty=True, staged=True)
     if target == ck.dir or ck.dir in target.parents:
@@ -214,15 +236,17 @@ def check_calibration_paths(src, out=None, *, dry_run: bool = False) -> tuple:
     return ck.dir, target
 
 def _write_copy(src: Path, out: Path, scales, declare_kv_scheme: bool) -> ScaleWrite:
-    "Copy `src` beside `out`, write the scales into the copy, rename it to `out`; on any error or interrupt leave nothing."
+    "Copy `src` beside `out`, write the scales in the copy, rename it to `out`; on an error or interrupt leave nothing."
     made = [p for p in reversed(out.parents) if not p.exists()]            # folders this call creates, outermost first
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = out.parent / f".{out.name}.{os.getpid()}-{secrets.token_hex(4)}{TMP_SUFFIX}"
     try:
         shutil.copytree(src, stage, ignore=shutil.ignore_patterns(LOCK_NAME, "*" + TMP_SUFFIX))
-        os.chmod(stage, stat.S_IMODE(stage.stat().st_mode) | stat.S_IRWXU)   # a read-only checkpoint's mode must not stop the write
+        # a read-only checkpoint's mode must not stop the write
+        os.chmod(stage, stat.S_IMODE(stage.stat().st_mode) | stat.S_IRWXU)
         w = write_kv_scales(stage, scales, declare_kv_scheme=declare_kv_scheme)
-        os.rename(stage, out)                                                # replaces an empty folder, refuses a non-empty one
+        # replaces an empty folder, refuses a non-empty one
+        os.rename(stage, out)
         fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -235,7 +259,7 @@ def _write_copy(src: Path, out: Path, scales, declare_kv_scheme: bool) -> ScaleW
 # %% ../nbs/10_calibrate.ipynb #1e52bfa2
 def calibrate_checkpoint(src, out=None, *, load_model=None, batches=None, safety: float = 1.3, dry_run: bool = False,
                          declare_kv_scheme: bool = False, device=None, progress: bool = False) -> dict:
-    "Load a checkpoint with `load_model`, observe its ranges, write per-layer scales (to a copy at `out`, else in place)."
+    "Load a checkpoint by `load_model`, observe its ranges, write per-layer scales (to a copy at `out`, or in place)."
     if not callable(load_model):
         raise TypeError("calibrate_checkpoint needs load_model, the loader of the checkpoint's model: e.g. "
                         "model.InklingLM.from_pretrained (called as "
@@ -249,6 +273,7 @@ def calibrate_checkpoint(src, out=None, *, load_model=None, batches=None, safety
     scales = r.scales(safety)
     result = dict(ranges=r, scales=scales, table=layer_table(r, safety), written=None, target=None)
     if dry_run: return result
-    if target is None: result["written"], result["target"] = write_kv_scales(src, scales, declare_kv_scheme=declare_kv_scheme), src
+    if target is None:
+        result["written"], result["target"] = write_kv_scales(src, scales, declare_kv_scheme=declare_kv_scheme), src
     else: result["written"], result["target"] = _write_copy(src, target, scales, declare_kv_scheme), target
     return result

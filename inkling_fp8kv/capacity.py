@@ -53,15 +53,18 @@ def layer_specs(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str = "bfloat16"
     if not isinstance(cfg, InklingConfig): raise ValueError(f"cfg must be an InklingConfig, got {type(cfg).__name__}")
     _check_pos_int(tp=tp, block_size=block_size)
     if not isinstance(kv_cache_dtype, str):                 # vLLM's --kv-cache-dtype strings; a torch dtype is not one
-        raise ValueError(f"kv_cache_dtype must be a --kv-cache-dtype string such as 'bfloat16' or 'fp8', got {kv_cache_dtype!r}")
+        raise ValueError(f"kv_cache_dtype must be a --kv-cache-dtype string such as 'bfloat16' or 'fp8', got "
+                         f"{kv_cache_dtype!r}")
     nbytes = kv_dtype_bytes(kv_cache_dtype)
     specs = {}
     for i in range(cfg.num_layers):
         local = cfg.is_local(i)
         g = cfg.rank(tp, local)
-        specs[f"model.layers.{i}.conv_state"] = KVSpec("conv", cfg.sconv_kernel_size, g.num_kv_heads, g.conv_width_padded, 0,
+        specs[f"model.layers.{i}.conv_state"] = KVSpec("conv", cfg.sconv_kernel_size, g.num_kv_heads,
+                                                       g.conv_width_padded, 0,
                                                         CONV_STATE_DTYPE_BYTES, cfg.sconv_kernel_size)
-        specs[f"model.layers.{i}.attn"] = KVSpec("sliding" if local else "full", block_size, g.num_kv_heads, g.head_dim, g.head_dim,
+        specs[f"model.layers.{i}.attn"] = KVSpec("sliding" if local else "full", block_size, g.num_kv_heads, g.head_dim,
+                                                 g.head_dim,
                                                   nbytes, cfg.sliding_window if local else None)
     return specs
 
@@ -157,27 +160,33 @@ class PoolPlan:
 
     def __repr__(self):
         bpr = ", ".join(f"{k} {v:,}" for k, v in self.blocks_per_request.items())
-        return (f"PoolPlan(tp={self.tp}, {self.kv_cache_dtype}, max_model_len={self.max_model_len:,}, max_num_batched_tokens="
-                f"{self.max_num_batched_tokens:,}: {len(self.groups)} groups of {self.group_size}, {self.bytes_per_block:,} B/block, "
-                f"num_blocks={self.num_blocks:,}, blocks/request {self.blocks_per_request_total:,} ({bpr}), "
-                f"concurrency {self.max_concurrency:.2f}x, pool {self.pool_tokens:,} tokens)")
+        return (f"PoolPlan(tp={self.tp}, {self.kv_cache_dtype}, max_model_len={self.max_model_len:,}, "
+                f"max_num_batched_tokens={self.max_num_batched_tokens:,}: {len(self.groups)} groups of "
+                f"{self.group_size}, {self.bytes_per_block:,} B/block, num_blocks={self.num_blocks:,}, blocks/request "
+                f"{self.blocks_per_request_total:,} ({bpr}), concurrency {self.max_concurrency:.2f}x, pool "
+                f"{self.pool_tokens:,} tokens)")
 
 # %% ../nbs/11_capacity.ipynb #a5f7e083
-def _structure(cfg, *, tp, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_concurrent_batches, block_size, extra_retained_tokens):
-    _check_pos_int(max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_concurrent_batches=max_concurrent_batches)
+def _structure(cfg, *, tp, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_concurrent_batches, block_size,
+               extra_retained_tokens):
+    _check_pos_int(max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
+                   max_concurrent_batches=max_concurrent_batches)
     if not is_int(extra_retained_tokens) or extra_retained_tokens < 0:
         raise ValueError(f"extra_retained_tokens must be an int >= 0, got {extra_retained_tokens!r}")
-    groups, group_size = group_layers(unify_page_size(layer_specs(cfg, tp=tp, kv_cache_dtype=kv_cache_dtype, block_size=block_size)))
+    groups, group_size = group_layers(unify_page_size(layer_specs(cfg, tp=tp, kv_cache_dtype=kv_cache_dtype,
+                                                                  block_size=block_size)))
     in_flight = max_concurrent_batches * max_num_batched_tokens
     plans = tuple(GroupPlan(g.spec.kind, g.spec.block_size, g.spec.page_size_bytes, g.layer_names,
                             g.spec.blocks_per_request(max_model_len, in_flight, extra_retained_tokens)) for g in groups)
     return plans, group_size, bytes_per_block(groups)
 
 def _budgets(available_bytes) -> list:
-    "One int budget per rank from an int or a list/tuple of ints; ValueError for anything else (a float, a string, an empty list)."
-    b = [available_bytes] if is_int(available_bytes) else list(available_bytes) if isinstance(available_bytes, (list, tuple)) else None
+    "One int budget per rank from an int or a list/tuple of ints; ValueError for else (a float, a str, an empty list)."
+    b = ([available_bytes] if is_int(available_bytes)
+         else list(available_bytes) if isinstance(available_bytes, (list, tuple)) else None)
     if not b or any(not is_int(x) for x in b):
-        raise ValueError(f"available_bytes must be an int or a non-empty list of ints (one per rank), got {available_bytes!r}")
+        raise ValueError(f"available_bytes must be an int or a non-empty list of ints (one per rank), got "
+                         f"{available_bytes!r}")
     return [int(x) for x in b]
 
 class PoolDoesNotFit(ValueError):
@@ -186,9 +195,10 @@ class PoolDoesNotFit(ValueError):
 def plan_pool(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max_model_len: int, max_num_batched_tokens: int,
               available_bytes, max_concurrent_batches: int = 2, block_size: int = 16,
               num_gpu_blocks_override: int | None = None, extra_retained_tokens: int = 0) -> PoolPlan:
-    "vLLM's KV pool for `cfg` at TP `tp`: `PoolDoesNotFit` (a `ValueError`) where the budget is too small for vLLM to start."
+    "vLLM's KV pool for `cfg` at TP `tp`: `PoolDoesNotFit` (a `ValueError`) where the budget is too small for vLLM."
     groups, group_size, bpb = _structure(cfg, tp=tp, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
-                                         max_num_batched_tokens=max_num_batched_tokens, max_concurrent_batches=max_concurrent_batches,
+                                         max_num_batched_tokens=max_num_batched_tokens,
+                                         max_concurrent_batches=max_concurrent_batches,
                                          block_size=block_size, extra_retained_tokens=extra_retained_tokens)
     budgets = _budgets(available_bytes)
     if num_gpu_blocks_override is not None:
@@ -198,15 +208,20 @@ def plan_pool(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max_model_len
     for rank, avail in enumerate(budgets):
         usable = avail - bpb   # the null block is never handed out
         if usable <= 0:
-            raise PoolDoesNotFit(f"available_bytes={avail:,} on rank {rank} leaves no block for the cache (one block costs {bpb:,} B)")
+            raise PoolDoesNotFit(f"available_bytes={avail:,} on rank {rank} leaves no block for the cache (one block "
+                                 f"costs {bpb:,} B)")
         if reserve * bpb > usable:
-            fit = _max_model_len_that_fits(cfg, usable, tp=tp, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
-                                           max_num_batched_tokens=max_num_batched_tokens, max_concurrent_batches=max_concurrent_batches,
+            fit = _max_model_len_that_fits(cfg, usable, tp=tp, kv_cache_dtype=kv_cache_dtype,
+                                           max_model_len=max_model_len,
+                                           max_num_batched_tokens=max_num_batched_tokens,
+                                           max_concurrent_batches=max_concurrent_batches,
                                            block_size=block_size, extra_retained_tokens=extra_retained_tokens)
-            raise PoolDoesNotFit(f"available_bytes={avail:,} on rank {rank} cannot hold one request of max_model_len={max_model_len:,}: "
-                             f"it needs {(reserve + 1) * bpb:,} B ({reserve:,} blocks + the null block, {bpb:,} B each); "
-                             f"the largest max_model_len that fits is {fit:,}")
-    return PoolPlan(tp, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_concurrent_batches, block_size, groups,
+            raise PoolDoesNotFit(f"available_bytes={avail:,} on rank {rank} cannot hold one request of "
+                                 f"max_model_len={max_model_len:,}: it needs {(reserve + 1) * bpb:,} B ({reserve:,} "
+                                 f"blocks + the null block, {bpb:,} B each); the largest max_model_len that fits is "
+                                 f"{fit:,}")
+    return PoolPlan(tp, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_concurrent_batches, block_size,
+                    groups,
                     group_size, bpb, min(budgets), min(b // bpb for b in budgets))
 
 # %% ../nbs/11_capacity.ipynb #a2b489f1
@@ -226,16 +241,21 @@ def _max_model_len_that_fits(cfg, usable_bytes, *, max_model_len, **kw) -> int:
 # %% ../nbs/11_capacity.ipynb #ac51f1a1
 MAX_POOL_BYTES = 2 ** 63    # a per-rank budget beyond this is no GPU's (and no int64 byte count)
 
-def min_available_bytes(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max_model_len: int, max_num_batched_tokens: int,
-                        concurrency: float | None = None, pool_tokens: int | None = None, max_concurrent_batches: int = 2,
+def min_available_bytes(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max_model_len: int,
+                        max_num_batched_tokens: int,
+                        concurrency: float | None = None, pool_tokens: int | None = None,
+                        max_concurrent_batches: int = 2,
                         block_size: int = 16, extra_retained_tokens: int = 0) -> int:
     "Smallest per-rank KV budget (bytes) at which `plan_pool` reaches `concurrency` or `pool_tokens`."
-    if (concurrency is None) == (pool_tokens is None): raise ValueError("pass exactly one of concurrency= or pool_tokens=")
+    if (concurrency is None) == (pool_tokens is None):
+        raise ValueError("pass exactly one of concurrency= or pool_tokens=")
     target, name = (concurrency, "concurrency") if concurrency is not None else (pool_tokens, "pool_tokens")
     if not isinstance(target, (int, float)) or isinstance(target, bool) or not math.isfinite(target) or target <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {target!r}")
-    groups, _, bpb = _structure(cfg, tp=tp, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
-                                max_concurrent_batches=max_concurrent_batches, block_size=block_size, extra_retained_tokens=extra_retained_tokens)
+    groups, _, bpb = _structure(cfg, tp=tp, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
+                                max_num_batched_tokens=max_num_batched_tokens,
+                                max_concurrent_batches=max_concurrent_batches, block_size=block_size,
+                                extra_retained_tokens=extra_retained_tokens)
     reserve = sum(g.blocks_per_request for g in groups)
     if concurrency is not None:
         reached = lambda nb: nb / reserve >= concurrency                      # the float vLLM computes
@@ -244,7 +264,8 @@ def min_available_bytes(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max
         reached = lambda nb: int(nb / reserve * max_model_len) >= pool_tokens
         nb = math.ceil(Fraction(pool_tokens) * reserve / max_model_len)
     if (nb + 2) * bpb > MAX_POOL_BYTES:
-        raise ValueError(f"{name}={target!r} needs about 2^{(nb * bpb).bit_length() - 1} B per rank, beyond 2^63 B: not a plannable pool")
+        raise ValueError(f"{name}={target!r} needs about 2^{(nb * bpb).bit_length() - 1} B per rank, beyond 2^63 B: "
+                         f"not a plannable pool")
     # the smallest block count vLLM's float arithmetic counts as reaching the target: `reached` is monotone in nb, so
     # bisect from the exact estimate (a bounded search: float rounding moves the answer by a few blocks at most)
     hi = nb
@@ -260,9 +281,11 @@ def min_available_bytes(cfg: InklingConfig, *, tp: int, kv_cache_dtype: str, max
     return max(hi, reserve + 1) * bpb
 
 # %% ../nbs/11_capacity.ipynb #a997e4ba
+# (max_model_len, max_num_batched_tokens) rows
 PUBLISHED_SETTINGS = ((8_192, 16_384), (131_072, 16_384), (131_072, 8_192), (131_072, 2_048), (524_288, 16_384),
-                      (1_048_576, 16_384), (1_048_576, 8_192), (1_048_576, 2_048))   # (max_model_len, max_num_batched_tokens) rows
-PUBLISHED_KV_BYTES = 535_384 * 229_376   # the table's one KV budget per rank: 535,384 blocks of 229,376 B = 122,804,240,384 B
+                      (1_048_576, 16_384), (1_048_576, 8_192), (1_048_576, 2_048))
+# the table's one KV budget per rank: 535,384 blocks of 229,376 B = 122,804,240,384 B
+PUBLISHED_KV_BYTES = 535_384 * 229_376
 
 def gib_text(nbytes: int) -> str:
     "A byte count as GiB with the fewest decimals (two at least) that give the same bytes back, and the exact bytes."
@@ -271,35 +294,42 @@ def gib_text(nbytes: int) -> str:
     return f"{g:.{d}f} GiB ({nbytes:,} B)"
 
 def sensitivity_table(cfg: InklingConfig, *, tp: int, available_bytes, settings=PUBLISHED_SETTINGS, **plan_kw) -> list:
-    "bf16 vs fp8 pools at one budget for each `(max_model_len, max_num_batched_tokens)`; `fits=False` where vLLM would not start."
+    "bf16 vs fp8 pools at one budget per `(max_model_len, max_num_batched_tokens)`; `fits=False`: vLLM won't start."
     rows = []
     for mml, mnbt in settings:
         try: b, f = (plan_pool(cfg, tp=tp, kv_cache_dtype=dt, max_model_len=mml, max_num_batched_tokens=mnbt,
                                available_bytes=available_bytes, **plan_kw) for dt in ("bfloat16", "fp8"))
         except PoolDoesNotFit as e:
             rows.append(dict(max_model_len=mml, max_num_batched_tokens=mnbt, fits=False, reason=str(e))); continue
-        rows.append(dict(max_model_len=mml, max_num_batched_tokens=mnbt, fits=True, blocks_per_request_bf16=b.blocks_per_request_total,
-                         blocks_per_request_fp8=f.blocks_per_request_total, pool_tokens_bf16=b.pool_tokens, pool_tokens_fp8=f.pool_tokens,
-                         concurrency_bf16=b.max_concurrency, concurrency_fp8=f.max_concurrency, gain=f.pool_tokens / b.pool_tokens - 1,
-                         conv_share_bf16=b.conv_reserve_share, conv_share_fp8=f.conv_reserve_share, num_blocks=b.num_blocks))
+        rows.append(dict(max_model_len=mml, max_num_batched_tokens=mnbt, fits=True,
+                         blocks_per_request_bf16=b.blocks_per_request_total,
+                         blocks_per_request_fp8=f.blocks_per_request_total, pool_tokens_bf16=b.pool_tokens,
+                         pool_tokens_fp8=f.pool_tokens,
+                         concurrency_bf16=b.max_concurrency, concurrency_fp8=f.max_concurrency,
+                         gain=f.pool_tokens / b.pool_tokens - 1,
+                         conv_share_bf16=b.conv_reserve_share, conv_share_fp8=f.conv_reserve_share,
+                         num_blocks=b.num_blocks))
     return rows
 
 def table_markdown(rows: list) -> str:
-    "The sensitivity table as markdown, in the published table's format plus the conv share; a setting that does not fit says so."
-    out = ["| max_model_len | batched tokens | bf16 blocks/req | fp8 blocks/req | bf16 pool tokens | fp8 pool tokens | concurrency bf16 / fp8 | fp8 gain | conv share (fp8) |",
+    "The sensitivity table as markdown: the published table's format plus conv share; a setting that can't fit says so."
+    out = ["| max_model_len | batched tokens | bf16 blocks/req | fp8 blocks/req | bf16 pool tokens | fp8 pool tokens | "
+           "concurrency bf16 / fp8 | fp8 gain | conv share (fp8) |",
            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if not r["fits"]:
-            out.append(f"| {r['max_model_len']:,} | {r['max_num_batched_tokens']:,} | does not fit | does not fit | — | — | — | — | — |"); continue
-        out.append(f"| {r['max_model_len']:,} | {r['max_num_batched_tokens']:,} | {r['blocks_per_request_bf16']:,} | {r['blocks_per_request_fp8']:,} | "
-                   f"{r['pool_tokens_bf16']:,} | {r['pool_tokens_fp8']:,} | {r['concurrency_bf16']:.2f} / {r['concurrency_fp8']:.2f} | "
-                   f"{100 * r['gain']:+.1f} % | {100 * r['conv_share_fp8']:.0f} % |")
+            out.append(f"| {r['max_model_len']:,} | {r['max_num_batched_tokens']:,} | does not fit | does not fit | — "
+                       f"| — | — | — | — |"); continue
+        out.append(f"| {r['max_model_len']:,} | {r['max_num_batched_tokens']:,} | {r['blocks_per_request_bf16']:,} | "
+                   f"{r['blocks_per_request_fp8']:,} | {r['pool_tokens_bf16']:,} | {r['pool_tokens_fp8']:,} | "
+                   f"{r['concurrency_bf16']:.2f} / {r['concurrency_fp8']:.2f} | {100 * r['gain']:+.1f} % | "
+                   f"{100 * r['conv_share_fp8']:.0f} % |")
     return "\n".join(out)
 
 
 # %% ../nbs/11_capacity.ipynb #02549450
 def plot_fp8_gain(rows: list, *, title: str | None = None):
-    "Heatmap of the fp8 pool gain over the settings (a cell that does not fit says so), and the gain against the conv share."
+    "Heatmap of the fp8 pool gain over the settings (a cell that does not fit says so), and gain against conv share."
     import matplotlib.pyplot as plt
     import pandas as pd
     import seaborn as sns
@@ -312,15 +342,19 @@ def plot_fp8_gain(rows: list, *, title: str | None = None):
     order = list(dict.fromkeys(label(r["max_model_len"]) for r in rows))
     cols = sorted({r["max_num_batched_tokens"] for r in rows})
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 9.6))
-    heat = df.pivot(index="max_model_len", columns="max_num_batched_tokens", values="gain %").reindex(index=order, columns=cols)
+    heat = df.pivot(index="max_model_len", columns="max_num_batched_tokens",
+                    values="gain %").reindex(index=order, columns=cols)
     sns.heatmap(heat, annot=True, fmt=".1f", cmap="viridis", cbar_kws=dict(label="fp8 pool gain (%)"), ax=ax1)
-    for y, mml in enumerate(order):            # the cells without a number: a setting the budget cannot hold, or one not asked for
+    # the cells without a number: a setting the budget cannot hold, or one not asked for
+    for y, mml in enumerate(order):
         for x, mnbt in enumerate(cols):
             if (mml, mnbt) in fit and fit[mml, mnbt]: continue
             ax1.add_patch(plt.Rectangle((x, y), 1, 1, facecolor="0.92", edgecolor="white", hatch="//"))
-            ax1.text(x + 0.5, y + 0.5, "does not\nfit" if (mml, mnbt) in fit else "not\ncomputed", ha="center", va="center", fontsize=8, color="0.25")
+            ax1.text(x + 0.5, y + 0.5, "does not\nfit" if (mml, mnbt) in fit else "not\ncomputed", ha="center",
+                     va="center", fontsize=8, color="0.25")
     ax1.set(xlabel="max_num_batched_tokens", ylabel="max_model_len", title="fp8 pool gain at one KV budget (%)")
-    sns.scatterplot(df, x="conv share of the fp8 reserve %", y="gain %", hue="max_model_len", hue_order=[o for o in order if o in set(df["max_model_len"])],
+    sns.scatterplot(df, x="conv share of the fp8 reserve %", y="gain %", hue="max_model_len",
+                    hue_order=[o for o in order if o in set(df["max_model_len"])],
                     size="max_num_batched_tokens", sizes=(30, 160), palette="viridis", ax=ax2)
     ax2.plot([0, 100], [100, 0], color="0.6", lw=1, ls="--", zorder=0, label="gain = 1 − conv share")
     ax2.set(xlim=(0, 100), ylim=(0, 100), title="the gain is what the conv reserve leaves to attention")
@@ -334,62 +368,76 @@ def plot_fp8_gain(rows: list, *, title: str | None = None):
 _KIND = dict(conv="conv state", sliding="sliding-window attention", full="full attention")
 
 def plan_markdown(plans: dict) -> str:
-    "Pools side by side (`{dtype: PoolPlan}`) as markdown: block sizes, bytes per block, blocks, the reserve by kind of group, concurrency, pool."
+    "Markdown, side by side, of `{dtype: PoolPlan}`: block sizes, B/block, blocks, reserve by kind, concurrency, pool."
     ps, kinds = list(plans.values()), [k for k in _KIND if any(k in p.blocks_per_request for p in plans.values())]
     of = lambda p, k: [g for g in p.groups if g.kind == k]
     def reserve(p, k):
         gs = of(p, k)
         if not gs: return "0"
         per = {g.blocks_per_request for g in gs}
-        return f"{len(gs)} × {gs[0].blocks_per_request:,} = {len(gs) * gs[0].blocks_per_request:,}" if len(per) == 1 else f"{sum(per):,}"
+        return (f"{len(gs)} × {gs[0].blocks_per_request:,} = {len(gs) * gs[0].blocks_per_request:,}" if len(per) == 1
+                else f"{sum(per):,}")
     row = lambda label, cell: f"| {label} | " + " | ".join(cell(p) for p in ps) + " |"
     lines = ["| | " + " | ".join(plans) + " |", "|---|" + "---:|" * len(ps)]
-    lines += [row(f"{_KIND[k]} block (tokens)", lambda p, k=k: f"{of(p, k)[0].block_size}" if of(p, k) else "—") for k in kinds]
-    lines += [row("bytes per block id", lambda p: f"{p.bytes_per_block:,}"), row("num_blocks", lambda p: f"{p.num_blocks:,}")]
+    lines += [row(f"{_KIND[k]} block (tokens)", lambda p, k=k: f"{of(p, k)[0].block_size}" if of(p, k) else "—")
+              for k in kinds]
+    lines += [row("bytes per block id", lambda p: f"{p.bytes_per_block:,}"),
+              row("num_blocks", lambda p: f"{p.num_blocks:,}")]
     lines += [row(f"reserve per request: {_KIND[k]}", lambda p, k=k: reserve(p, k)) for k in kinds]
     lines += [row("reserve per request: total", lambda p: f"{p.blocks_per_request_total:,}"),
-              row("concurrency", lambda p: f"{p.max_concurrency:.2f}x"), row("pool tokens", lambda p: f"{p.pool_tokens:,}")]
+              row("concurrency", lambda p: f"{p.max_concurrency:.2f}x"),
+              row("pool tokens", lambda p: f"{p.pool_tokens:,}")]
     return "\n".join(lines)
 
 def explain_gain(b: PoolPlan, f: PoolPlan) -> str:
-    "Where fp8's larger pool comes from, in words, from the two plans' numbers (bf16 `b`, fp8 `f`, same settings and budget)."
+    "Where fp8's larger pool comes from, in words, from two plans' numbers (bf16 `b`, fp8 `f`, same settings, budget)."
     blk = lambda p, k: next((g.block_size for g in p.groups if g.kind == k), None)
     attn = {p.kv_cache_dtype: p.blocks_per_request_total - p.blocks_per_request.get("conv", 0) for p in (b, f)}
-    conv, gain, ak = f.blocks_per_request.get("conv", 0), f.pool_tokens / b.pool_tokens - 1, "full" if blk(f, "full") else "sliding"
+    conv, gain, ak = (f.blocks_per_request.get("conv", 0), f.pool_tokens / b.pool_tokens - 1,
+                      "full" if blk(f, "full") else "sliding")
     if b.bytes_per_block == f.bytes_per_block:
-        page = (f"Both dtypes get the same bytes per block id ({b.bytes_per_block:,} B) and so the same num_blocks ({b.num_blocks:,}): vLLM "
-                f"gives every layer one page size, the largest, here the bf16 conv state's ({f.groups[0].page_size_bytes:,} B per layer), "
-                f"and fills it by scaling block sizes. An fp8 token takes half the attention bytes, so an fp8 attention block holds "
-                f"{blk(f, ak)} tokens where a bf16 one holds {blk(b, ak)}.")
+        page = (f"Both dtypes get the same bytes per block id ({b.bytes_per_block:,} B) and so the same num_blocks "
+                f"({b.num_blocks:,}): vLLM gives every layer one page size, the largest, here the bf16 conv state's "
+                f"({f.groups[0].page_size_bytes:,} B per layer), and fills it by scaling block sizes. An fp8 token "
+                f"takes half the attention bytes, so an fp8 attention block holds {blk(f, ak)} tokens where a bf16 one "
+                f"holds {blk(b, ak)}.")
     else:
-        page = (f"Bytes per block id: bf16 {b.bytes_per_block:,} B, fp8 {f.bytes_per_block:,} B (the attention page is the largest here, "
-                f"and fp8 halves it), so fp8 gets {f.num_blocks:,} blocks where bf16 gets {b.num_blocks:,}.")
+        page = (f"Bytes per block id: bf16 {b.bytes_per_block:,} B, fp8 {f.bytes_per_block:,} B (the attention page is "
+                f"the largest here, and fp8 halves it), so fp8 gets {f.num_blocks:,} blocks where bf16 gets "
+                f"{b.num_blocks:,}.")
     bconv = b.blocks_per_request.get("conv", 0)
-    convs = f"{conv:,} conv-state blocks in both dtypes" if bconv == conv else f"{bconv:,} conv-state blocks in bf16 and {conv:,} in fp8"
-    reserve = (f"Per request vLLM sets aside blocks in every group (the reserve): {convs} (the conv state stays bf16, and its reserve "
-               f"grows with the {f.max_in_flight_tokens:,} tokens in flight), and {attn['bfloat16']:,} attention blocks in bf16 "
-               f"against {attn[f.kv_cache_dtype]:,} in fp8.")
+    convs = (f"{conv:,} conv-state blocks in both dtypes" if bconv == conv
+             else f"{bconv:,} conv-state blocks in bf16 and {conv:,} in fp8")
+    reserve = (f"Per request vLLM sets aside blocks in every group (the reserve): {convs} (the conv state stays bf16, "
+               f"and its reserve grows with the {f.max_in_flight_tokens:,} tokens in flight), and {attn['bfloat16']:,} "
+               f"attention blocks in bf16 against {attn[f.kv_cache_dtype]:,} in fp8.")
     share = f"The conv share, the conv-state blocks' part of an fp8 request's reserve, is {f.conv_reserve_share:.0%}"
-    share += (f"; fp8 shrinks only the rest, so the pool holds {gain:+.1%} tokens ({b.pool_tokens:,} → {f.pool_tokens:,}), about 1 − conv share."
-              if b.bytes_per_block == f.bytes_per_block else f"; in all, the pool holds {gain:+.1%} tokens ({b.pool_tokens:,} → {f.pool_tokens:,}).")
+    share += (f"; fp8 shrinks only the rest, so the pool holds {gain:+.1%} tokens ({b.pool_tokens:,} → "
+              f"{f.pool_tokens:,}), about 1 − conv share."
+              if b.bytes_per_block == f.bytes_per_block
+              else f"; in all, the pool holds {gain:+.1%} tokens ({b.pool_tokens:,} → {f.pool_tokens:,}).")
     return " ".join([page, reserve, share])
 
 def capacity_report(cfg: InklingConfig, *, tp: int, max_model_len: int, max_num_batched_tokens: int, available_bytes,
                     settings=None, concurrency: float | None = None, **plan_kw) -> str:
-    "Text report: the bf16 and fp8 pools at one setting, the reserve by group and why, and a sensitivity table at the same budget."
+    "Text report: bf16 and fp8 pools at one setting, the reserve by group and why, a sensitivity table at that budget."
     kw = dict(tp=tp, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, **plan_kw)
     plans = {dt: plan_pool(cfg, kv_cache_dtype=dt, available_bytes=available_bytes, **kw) for dt in ("bfloat16", "fp8")}
     b, f = plans["bfloat16"], plans["fp8"]
-    lines = [f"KV pool per rank at TP{tp}: max_model_len {max_model_len:,}, max_num_batched_tokens {max_num_batched_tokens:,} "
-             f"({b.max_in_flight_tokens:,} tokens in flight), {gib_text(b.available_bytes)} of KV memory", "",
-             plan_markdown(plans), "", f"fp8 pool gain {100 * (f.pool_tokens / b.pool_tokens - 1):+.1f} %. {explain_gain(b, f)}"]
+    lines = [f"KV pool per rank at TP{tp}: max_model_len {max_model_len:,}, max_num_batched_tokens "
+             f"{max_num_batched_tokens:,} ({b.max_in_flight_tokens:,} tokens in flight), {gib_text(b.available_bytes)} "
+             f"of KV memory", "",
+             plan_markdown(plans), "",
+             f"fp8 pool gain {100 * (f.pool_tokens / b.pool_tokens - 1):+.1f} %. {explain_gain(b, f)}"]
     if concurrency is not None:
         for dt in plans:
             need = min_available_bytes(cfg, kv_cache_dtype=dt, concurrency=concurrency,
                                        **{k: v for k, v in kw.items() if k != "num_gpu_blocks_override"})
             lines.append(f"{dt:>9}: {gib_text(need)} per rank for {concurrency:g}x concurrency")
-    settings = settings if settings is not None else sorted({*PUBLISHED_SETTINGS, (max_model_len, max_num_batched_tokens)})
+    settings = (settings if settings is not None
+                else sorted({*PUBLISHED_SETTINGS, (max_model_len, max_num_batched_tokens)}))
     rows = sensitivity_table(cfg, tp=tp, available_bytes=available_bytes, settings=settings, **plan_kw)
-    return "\n".join(lines + ["", f"sensitivity at the same budget ({sum(r['fits'] for r in rows)} of {len(rows)} settings fit):",
+    return "\n".join(lines + ["", f"sensitivity at the same budget ({sum(r['fits'] for r in rows)} of {len(rows)} "
+                                  f"settings fit):",
                                table_markdown(rows)])
 

@@ -39,9 +39,10 @@ def kl_rows(logp_ref, logp) -> np.ndarray:
     return np.maximum((np.exp(lr) * (lr - la)).sum(-1), 0.0)
 
 def position_metrics(ref: dict, arm: dict) -> dict:
-    "Per position of one document: KL(ref ‖ arm), ΔNLL of the true byte (arm − ref), top-1 agreement, Δp of the true byte."
+    "Per position of one document: KL(ref ‖ arm), ΔNLL of the true byte (arm − ref), top-1 agreement, true byte's Δp."
     lr, la = ref["lp"].astype(np.float64), arm["lp"].astype(np.float64)
-    return dict(kld=kl_rows(ref["logp"], arm["logp"]), dnll=lr - la, agree=(ref["top1"] == arm["top1"]).astype(np.float64),
+    return dict(kld=kl_rows(ref["logp"], arm["logp"]), dnll=lr - la,
+                agree=(ref["top1"] == arm["top1"]).astype(np.float64),
                 dp=np.exp(la) - np.exp(lr), pos=ref["pos"])
 
 # %% ../nbs/13_evaluate.ipynb #c5b29c8e
@@ -55,14 +56,14 @@ def _ci(reps: np.ndarray) -> list:
     return [float(np.nanpercentile(reps, 2.5)), float(np.nanpercentile(reps, 97.5))]
 
 def clustered_mean(per_doc: list, W: np.ndarray, transform=None) -> dict:
-    "Mean over every position of every document, with a document-clustered bootstrap 95 % interval (`W` from `_boot_weights`)."
+    "Mean over all positions of all documents, with a document-clustered bootstrap 95 % CI (`W` from `_boot_weights`)."
     S = np.array([x.sum() for x in per_doc]); N = np.array([float(len(x)) for x in per_doc])
     f = transform or (lambda v: v)
     with np.errstate(invalid="ignore", divide="ignore"):
         return dict(value=float(f(S.sum() / N.sum())), ci95=_ci(f((W @ S) / (W @ N))))
 
 def clustered_quantiles(per_doc: list, W: np.ndarray) -> dict:
-    "mean, median, p99, p99.9 and max of non-negative per-position values (KL), each with a clustered bootstrap 95 % interval."
+    "mean, median, p99, p99.9, max of non-negative per-position values (KL), each with a clustered bootstrap 95 % CI."
     allv = np.concatenate(per_doc)
     out = dict(mean=clustered_mean(per_doc, W))
     H = np.stack([np.histogram(np.clip(x, 0, _QGRID[-1]), bins=_QGRID)[0] for x in per_doc]).astype(np.float64)
@@ -84,14 +85,16 @@ def summarize_arm(metrics: list, W: np.ndarray, buckets=BUCKETS) -> dict:
     edges = list(buckets) + [np.inf]
     for lo, hi in zip(edges[:-1], edges[1:]):
         sel = [m["dnll"][(m["pos"] >= lo) & (m["pos"] < hi)] for m in metrics]
-        if sum(map(len, sel)): out["dnll_by_bucket"][f"{lo}-{hi}"] = clustered_mean(sel, W) | dict(n=int(sum(map(len, sel))))
+        if sum(map(len, sel)):
+            out["dnll_by_bucket"][f"{lo}-{hi}"] = clustered_mean(sel, W) | dict(n=int(sum(map(len, sel))))
     out["positions"] = int(sum(len(m["kld"]) for m in metrics))
     return out
 
 def fixed_band(control: dict, nll_bf16: float) -> dict:
-    "The band, fixed before any run: per statistic, the larger of the control's 95 % bound and 1 % of the bf16 NLL (nats/byte)."
+    "The band, fixed before any run: per statistic, max(the control's 95 % bound, 1 % of the bf16 NLL (nats/byte))."
     floor = BAND_NLL_FRACTION * nll_bf16
-    return dict(kld=max(control["kld"]["mean"]["ci95"][1], floor), dnll=max(max(map(abs, control["dnll"]["ci95"])), floor),
+    return dict(kld=max(control["kld"]["mean"]["ci95"][1], floor),
+                dnll=max(max(map(abs, control["dnll"]["ci95"])), floor),
                 nll_fraction=BAND_NLL_FRACTION, bf16_nll=nll_bf16)
 
 def inside_band(s: dict, band: dict) -> dict:
@@ -128,10 +131,11 @@ def _set_scales(model, scales: dict):
     return model
 
 def arm_scales(checkpoint, calibration: list, *, first_batch_tokens: int, kernels: str, device) -> tuple:
-    "Per fp8 arm, `{layer: {k_scale, v_scale}}`: unity; our rule on the calibration sequences; vLLM's rule on their first batch."
+    "Per fp8 arm, `{layer: {k_scale, v_scale}}`: unity; our rule on the calibration sequences; vLLM's on the 1st batch."
     m = InklingLM.from_pretrained(checkpoint, kv_cache_dtype="bfloat16", kernels=kernels, device=device, warn=False)
     r = observe_kv_ranges(m, calibration)
-    first, left = [], first_batch_tokens                            # vLLM computes its scales on the first forward batch
+    # vLLM computes its scales on the first forward batch
+    first, left = [], first_batch_tokens
     for s in calibration:
         if left <= 0: break
         first.append(s[:left]); left -= len(first[-1])
@@ -139,20 +143,22 @@ def arm_scales(checkpoint, calibration: list, *, first_batch_tokens: int, kernel
     amax1 = lambda i, s: r1.stats[(i, s)]["amax"]
     out = dict(fp8_unity={i: dict(k_scale=1.0, v_scale=1.0) for i in r.layer_types},
                fp8_calibrated=r.scales(),
-               fp8_vllm_rule={i: dict(k_scale=max(amax1(i, "k") / VLLM_K_RANGE, 1e-6), v_scale=max(amax1(i, "v") / VLLM_V_RANGE, 1e-6))
+               fp8_vllm_rule={i: dict(k_scale=max(amax1(i, "k") / VLLM_K_RANGE, 1e-6),
+                                      v_scale=max(amax1(i, "v") / VLLM_V_RANGE, 1e-6))
                               for i in r.layer_types})
     return out, r
 
 def arm_model(checkpoint, arm: str, scales: dict | None, *, kernels: str, device):
     "The model of one arm: bf16 arms load a bf16 cache; fp8 arms an e4m3 cache with the arm's K/V scales (q at 1)."
     if arm.startswith("bf16"):
-        return InklingLM.from_pretrained(checkpoint, kv_cache_dtype="bfloat16", kernels=kernels, device=device, warn=False)
+        return InklingLM.from_pretrained(checkpoint, kv_cache_dtype="bfloat16", kernels=kernels, device=device,
+                                         warn=False)
     m = InklingLM.from_pretrained(checkpoint, kv_cache_dtype="fp8_e4m3", kernels=kernels, device=device, warn=False)
     return _set_scales(m, scales[arm])
 
 # %% ../nbs/13_evaluate.ipynb #26506be7
 def store_site_bands(ranges, scales: dict) -> list:
-    "Per layer and stream (K, V): clip and flush-to-zero rates of the observed store-site values at unity and at each arm's scales."
+    "Per layer and stream (K, V): clip and flush-to-zero rates of store-site values at unity and at each arm's scales."
     rows = []
     for i in sorted(ranges.layer_types):
         for s in ("k", "v"):
@@ -168,7 +174,7 @@ def worst_global_v(bands: list, arm: str = "fp8_unity", key: str = "clip") -> fl
     return max((r[arm][key] for r in bands if r["type"] == "global" and r["stream"] == "v"), default=0.0)
 
 def passkey_accuracy(model, prompts: dict, *, chunk: int, max_num_seqs: int = 64) -> dict:
-    "`{depth: bool array}` of exact-match pass-key retrievals (greedy, 6 bytes) per depth of `prompts` (`{depth: passkey_prompts}`)."
+    "`{depth: bool array}` of exact-match pass-key retrievals (greedy, 6 bytes) per depth of `prompts` (`{depth: …}`)."
     out = {}
     for d, P in prompts.items():
         L = max(map(len, P["prompts"])) + 6
@@ -177,17 +183,21 @@ def passkey_accuracy(model, prompts: dict, *, chunk: int, max_num_seqs: int = 64
     return out
 
 # %% ../nbs/13_evaluate.ipynb #5da08936
-def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = False, calibration=None, max_len: int | None = None,
-              passkey_depths=(), passkey_n: int = 50, passkey_seed: int = 7000, passkey_documents=None, n_boot: int | None = None,
+def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = False, calibration=None,
+              max_len: int | None = None,
+              passkey_depths=(), passkey_n: int = 50, passkey_seed: int = 7000, passkey_documents=None,
+              n_boot: int | None = None,
               seed: int = 0, kernels: str = "auto", reuse: dict | None = None, progress: bool = False) -> dict:
-    """The instrument: teacher-forced next-byte distributions of `texts` through each arm of `checkpoint`, compared with bf16
-    on every position (KL, ΔNLL by position, top-1 agreement, RMS Δp of the true byte), with document-clustered bootstrap
-    intervals, the fixed band, store-site clip/flush rates per arm, and pass-key retrieval per arm when `passkey_depths`."""
+    """The instrument: teacher-forced next-byte distributions of `texts` through each arm of `checkpoint`, compared
+    with bf16 on every position (KL, ΔNLL by position, top-1 agreement, RMS Δp of the true byte), with
+    document-clustered bootstrap intervals, the fixed band, store-site clip/flush rates per arm, and pass-key retrieval
+    per arm when `passkey_depths`."""
     t0 = time.time()
     arms = tuple(arms)
     if "bf16" not in arms: raise ValueError("the bf16 arm is the reference: include it")
     if unknown := set(arms) - set(ARMS): raise ValueError(f"unknown arms {sorted(unknown)}; accepted: {ARMS}")
-    if not texts or not all(isinstance(t, str) and t for t in texts): raise ValueError("texts must be a non-empty list of non-empty str")
+    if not texts or not all(isinstance(t, str) and t for t in texts):
+        raise ValueError("texts must be a non-empty list of non-empty str")
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     kern = ("reference" if dev.type == "cpu" else "triton") if kernels == "auto" else kernels
     max_len = max_len or (2048 if quick else 4096)
@@ -201,14 +211,16 @@ def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = 
     key = (tuple(texts), max_len, chunk, kern, str(dev), tuple(passkey_depths), passkey_n, passkey_seed)
     if reuse.get("key", key) != key: raise ValueError("reuse holds runs of other texts or settings")
     reuse["key"] = key
-    pk_prompts = {d: passkey_prompts(passkey_documents or heldout_documents(), passkey_n, d, seed=passkey_seed) for d in passkey_depths}
+    pk_prompts = {d: passkey_prompts(passkey_documents or heldout_documents(), passkey_n, d, seed=passkey_seed)
+                  for d in passkey_depths}
     res, pk = {}, {}
     for arm in arms:
         if arm in ("bf16", "bf16_control") and arm in reuse:
             res[arm], pk[arm] = reuse[arm]; continue
         m = arm_model(checkpoint, arm, scales, kernels=kern, device=dev)
         ctl = arm == "bf16_control"
-        res[arm] = score_documents(m, segs, chunk=3 * chunk // 4 + 3 if ctl else chunk, prefix=encode(CONTROL_NONCE) if ctl else ())
+        res[arm] = score_documents(m, segs, chunk=3 * chunk // 4 + 3 if ctl else chunk,
+                                   prefix=encode(CONTROL_NONCE) if ctl else ())
         pk[arm] = passkey_accuracy(m, pk_prompts, chunk=chunk) if arm != "bf16_control" else {}
         if arm.startswith("bf16"): reuse[arm] = (res[arm], pk[arm])
         if progress: print(f"  {arm}: {time.time() - t0:.0f} s", flush=True)
@@ -216,7 +228,8 @@ def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = 
     base = res["bf16"]
     W = _boot_weights(len(texts), n_boot, seed)
     nll_bf16 = float(sum(-d["lp"].sum() for d in base) / sum(len(d["lp"]) for d in base))
-    out = dict(checkpoint=str(checkpoint), arms=list(arms), kernels=kern, device=str(dev), max_len=max_len, n_boot=n_boot,
+    out = dict(checkpoint=str(checkpoint), arms=list(arms), kernels=kern, device=str(dev), max_len=max_len,
+               n_boot=n_boot,
                documents=len(texts), bytes=int(sum(len(d["lp"]) for d in base)), bf16_nll=nll_bf16,
                scales={a: {str(i): v for i, v in s.items()} for a, s in scales.items()}, arm={})
     for arm in arms:                                                  # bf16 against itself: zeros, by definition
@@ -225,7 +238,8 @@ def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = 
         out["band"] = fixed_band(out["arm"]["bf16_control"], nll_bf16)
     else:
         f = BAND_NLL_FRACTION * nll_bf16
-        out["band"] = dict(kld=f, dnll=f, nll_fraction=BAND_NLL_FRACTION, bf16_nll=nll_bf16, note="no control arm: 1 % of the bf16 NLL")
+        out["band"] = dict(kld=f, dnll=f, nll_fraction=BAND_NLL_FRACTION, bf16_nll=nll_bf16,
+                           note="no control arm: 1 % of the bf16 NLL")
     for arm in arms: out["arm"][arm]["inside_band"] = inside_band(out["arm"][arm], out["band"])
     out["arm"]["bf16"]["nll"] = nll_bf16
     fp8 = {a: scales[a] for a in arms if a.startswith("fp8")}
@@ -244,9 +258,11 @@ def text_eval(checkpoint, texts: list, *, arms=ARMS, device=None, quick: bool = 
     return out
 
 # %% ../nbs/13_evaluate.ipynb #78067a5e
-DOSE_PLAN = (("few", 1e-5), ("few", 1e-4), ("upstream", 9.1e-4), ("many", 1e-3), ("many", 1e-2), ("many", 1e-1), ("many", 0.5))
+DOSE_PLAN = (("few", 1e-5), ("few", 1e-4), ("upstream", 9.1e-4), ("many", 1e-3), ("many", 1e-2), ("many", 1e-1),
+             ("many", 0.5))
 FAMILIES = dict(few=(1, 2, 3, 4, 6, 8), many=(16, 32, 48, 64, 96, 128), upstream=(1, 2, 3, 4, 6, 8))
-UPSTREAM_VMAX_RATIO = 1272 / 448               # upstream's worst global layer: max |V| 1,272 against e4m3's 448 (clip 9.1e-4)
+# upstream's worst global layer: max |V| 1,272 against e4m3's 448 (clip 9.1e-4)
+UPSTREAM_VMAX_RATIO = 1272 / 448
 
 def global_v_values(checkpoint, calibration: list, *, kernels: str, device) -> dict:
     "Store-site V of each global layer on `calibration`, `{layer: |V| [tokens, Hkv·D]}` (fp32, CPU)."
@@ -261,7 +277,7 @@ def predict_plant(v: torch.Tensor, rows: list, factor: float) -> dict:
     return dict(clip=float((x > 448).double().mean()), vmax=float(x.max()))
 
 def design_doses(checkpoint, calibration: list, *, plan=DOSE_PLAN, kernels: str = "reference", device="cpu") -> list:
-    "Doses `(channels, factor)` whose predicted worst-global-layer V clip at unity meets each target of `plan`, from clean V."
+    "Doses `(channels, factor)` whose predicted worst-global-layer V clip at unity meets each `plan` target (clean V)."
     vals, m = global_v_values(checkpoint, calibration, kernels=kernels, device=device)
     factors = [2.0 ** e for e in range(1, 17)]
     out = []
@@ -276,8 +292,10 @@ def design_doses(checkpoint, calibration: list, *, plan=DOSE_PLAN, kernels: str 
                 err = abs(math.log10(p["clip"] / target))
                 if fam == "upstream": err += abs(math.log10(p["vmax"] / (UPSTREAM_VMAX_RATIO * 448)))
                 if best is None or err < best[0]: best = (err, dict(family=fam, target=target, channels=c, factor=f,
-                                                                      predicted_clip=p["clip"], predicted_vmax=p["vmax"]))
-        if best is not None and not any((d["channels"], d["factor"]) == (best[1]["channels"], best[1]["factor"]) for d in out):
+                                                                      predicted_clip=p["clip"],
+                                                                      predicted_vmax=p["vmax"]))
+        if best is not None and not any((d["channels"], d["factor"]) == (best[1]["channels"], best[1]["factor"])
+                                        for d in out):
             out.append(best[1])
     return sorted(out, key=lambda d: d["predicted_clip"])
 
@@ -288,10 +306,12 @@ def _dose_row(r: dict, dose: dict) -> dict:
     row = dict(dose, v_clip_unity=worst_global_v(s, "fp8_unity"),
                v_max=max(x["amax"] for x in s if x["type"] == "global" and x["stream"] == "v"), arms={})
     for arm, a in r["arm"].items():
-        d = dict(kld_mean=a["kld"]["mean"]["value"], kld_ci95=a["kld"]["mean"]["ci95"], kld_p999=a["kld"]["p999"]["value"],
+        d = dict(kld_mean=a["kld"]["mean"]["value"], kld_ci95=a["kld"]["mean"]["ci95"],
+                 kld_p999=a["kld"]["p999"]["value"],
                  kld_max=a["kld"]["max"]["value"], dnll=a["dnll"]["value"], dnll_ci95=a["dnll"]["ci95"],
                  top1_agreement=a["top1_agreement"]["value"], rms_dp_true=a["rms_dp_true"]["value"],
-                 inside_band=a["inside_band"]["both"], inside_band_kld=a["inside_band"]["kld"], inside_band_dnll=a["inside_band"]["dnll"])
+                 inside_band=a["inside_band"]["both"], inside_band_kld=a["inside_band"]["kld"],
+                 inside_band_dnll=a["inside_band"]["dnll"])
         if arm.startswith("fp8"):
             d.update(v_clip=worst_global_v(s, arm), v_flush=worst_global_v(s, arm, "flush"),
                      v_scale=max(x[arm]["scale"] for x in s if x["type"] == "global" and x["stream"] == "v"))
@@ -299,9 +319,10 @@ def _dose_row(r: dict, dose: dict) -> dict:
         row["arms"][arm] = d
     return row
 
-def dose_response(checkpoint, texts: list, *, doses=None, workdir=None, device=None, passkey_depths=(512, 2048), passkey_n: int = 50,
+def dose_response(checkpoint, texts: list, *, doses=None, workdir=None, device=None, passkey_depths=(512, 2048),
+                  passkey_n: int = 50,
                   quick: bool = False, check_bf16: bool = True, progress: bool = False, **kw) -> dict:
-    "Every arm at every dose of planted V outliers (doses designed from the clean checkpoint unless given); rows sorted by dose."
+    "Every arm at every dose of planted V outliers (doses designed from the clean checkpoint unless given), by dose."
     t0 = time.time()
     wd = Path(workdir or tempfile.mkdtemp())
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -319,26 +340,31 @@ def dose_response(checkpoint, texts: list, *, doses=None, workdir=None, device=N
         plant_v_outliers(checkpoint, dst, channels=dose["channels"], factor=dose["factor"])
         r = text_eval(dst, texts, **opts)
         rows.append(_dose_row(r, dose))
-        if check_bf16 and i == len(doses) - 1:                # the planted bf16 function is the clean one: check it once
+        # the planted bf16 function is the clean one: check it once
+        if check_bf16 and i == len(doses) - 1:
             m = arm_model(dst, "bf16", None, kernels=kern, device=dev)
             got = score_documents(m, _segments(texts, r["max_len"]), chunk=2048 if dev.type == "cpu" else 8192)
             bf16_identical = all(np.array_equal(g["lp"], b["lp"]) for g, b in zip(got, reuse["bf16"][0]))
-        if progress: print(f"dose {dose['channels']}×{dose['factor']:g}: clip {rows[-1]['v_clip_unity']:.2e}, {time.time() - t0:.0f} s", flush=True)
+        if progress:
+            print(f"dose {dose['channels']}×{dose['factor']:g}: clip {rows[-1]['v_clip_unity']:.2e}, "
+                  f"{time.time() - t0:.0f} s", flush=True)
     return dict(rows=rows, band=clean["band"], clean=clean, bf16_identical_at_strongest=bf16_identical,
                 texts=len(texts), bytes=clean["bytes"], kernels=kern, seconds=round(time.time() - t0, 1))
 
 # %% ../nbs/13_evaluate.ipynb #3243329e
 def dose_findings(dr: dict) -> list:
-    "Sentences generated from a dose-response: where unity fp8 leaves the band, whether calibration stays in, our rule vs vLLM's."
+    "Sentences from a dose-response: where unity fp8 leaves the band, whether calibration stays in, our rule vs vLLM's."
     rows = dr["rows"]
     band = dr["band"]
     out = []
-    for stat, key, val, lim in (("mean KL", "inside_band_kld", "kld_mean", "kld"), ("mean ΔNLL", "inside_band_dnll", "dnll", "dnll")):
+    for stat, key, val, lim in (("mean KL", "inside_band_kld", "kld_mean", "kld"),
+                                ("mean ΔNLL", "inside_band_dnll", "dnll", "dnll")):
         first = next((r for r in rows if not r["arms"]["fp8_unity"][key]), None)
-        out.append(f"Unity-scale fp8 stays inside the band on {stat} at every dose (up to V clip {rows[-1]['v_clip_unity']:.1e})." if first is None else
-                   f"Unity-scale fp8 first leaves the band on {stat} at a worst-global-layer V clip of {first['v_clip_unity']:.1e} "
-                   f"({first['channels']} channel(s) × {first['factor']:g}: {stat} {first['arms']['fp8_unity'][val]:.2e} nats "
-                   f"against a band of {band[lim]:.2e}).")
+        out.append(f"Unity-scale fp8 stays inside the band on {stat} at every dose (up to V clip "
+                   f"{rows[-1]['v_clip_unity']:.1e})." if first is None else
+                   f"Unity-scale fp8 first leaves the band on {stat} at a worst-global-layer V clip of "
+                   f"{first['v_clip_unity']:.1e} ({first['channels']} channel(s) × {first['factor']:g}: {stat} "
+                   f"{first['arms']['fp8_unity'][val]:.2e} nats against a band of {band[lim]:.2e}).")
     for arm, name in (("fp8_calibrated", "Calibrated fp8 (our rule)"), ("fp8_vllm_rule", "fp8 with vLLM's rule")):
         if arm not in rows[0]["arms"]: continue
         out_ = [r for r in rows if not r["arms"][arm]["inside_band"]]
@@ -346,7 +372,8 @@ def dose_findings(dr: dict) -> list:
                    f"{name} leaves the band at {len(out_)} of {len(rows)} doses (V clip at unity "
                    + ", ".join(f"{r['v_clip_unity']:.1e}" for r in out_) + ").")
     if "fp8_vllm_rule" in rows[0]["arms"] and "fp8_calibrated" in rows[0]["arms"]:
-        ratio = [r["arms"]["fp8_vllm_rule"]["kld_mean"] / max(r["arms"]["fp8_calibrated"]["kld_mean"], 1e-30) for r in rows]
+        ratio = [r["arms"]["fp8_vllm_rule"]["kld_mean"] / max(r["arms"]["fp8_calibrated"]["kld_mean"], 1e-30)
+                 for r in rows]
         out.append(f"vLLM's rule gives {min(ratio):.2g}× to {max(ratio):.2g}× the mean KL of our rule across the doses "
                    f"(its V scale is amax/100 against our max(1, 1.3·amax/448): coarser steps and more flush-to-zero).")
     return out
@@ -357,7 +384,7 @@ def quick_texts(n: int = 3, size: int = 1500) -> list:
     return [t[len(t) // 2:len(t) // 2 + size] for _, t in heldout_documents()[:n]]
 
 def quick_eval(*, device=None, workdir=None, progress: bool = False) -> dict:
-    "The report's form of the instrument: the clean model and one upstream-regime plant, quick `text_eval` on three passages."
+    "The report's form of the instrument: clean model and one upstream-regime plant, quick `text_eval` on 3 passages."
     t0 = time.time()
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     kern = "reference" if dev.type == "cpu" else "triton"
@@ -372,10 +399,12 @@ def quick_eval(*, device=None, workdir=None, progress: bool = False) -> dict:
     u0, c0 = row0["arms"]["fp8_unity"], row0["arms"]["bf16_control"]
     u1, k1 = row1["arms"]["fp8_unity"], row1["arms"]["fp8_calibrated"]
     inside = lambda d: "inside" if d["inside_band"] else "outside"
-    sentence = (f"On the tiny model ({clean['bytes']:,} held-out bytes, {kern} kernels), unity-scale fp8 moves the next-byte "
-                f"distributions by a mean KL of {u0['kld_mean']:.1e} nats against a bf16 control floor of {c0['kld_mean']:.1e}, "
-                f"{inside(u0)} the band ({clean['band']['kld']:.1e}); with upstream-regime V outliers (worst global layer "
-                f"clipping {row1['v_clip_unity']:.1e} of V at unity, max |V| {row1['v_max']:.0f}) unity fp8 gives {u1['kld_mean']:.1e} "
-                f"({inside(u1)}) and calibrated scales {k1['kld_mean']:.1e} ({inside(k1)}).")
+    sentence = (f"On the tiny model ({clean['bytes']:,} held-out bytes, {kern} kernels), unity-scale fp8 moves the "
+                f"next-byte distributions by a mean KL of {u0['kld_mean']:.1e} nats against a bf16 control floor of "
+                f"{c0['kld_mean']:.1e}, {inside(u0)} the band ({clean['band']['kld']:.1e}); with upstream-regime V "
+                f"outliers (worst global layer clipping {row1['v_clip_unity']:.1e} of V at unity, max |V| "
+                f"{row1['v_max']:.0f}) unity fp8 gives {u1['kld_mean']:.1e} ({inside(u1)}) and calibrated scales "
+                f"{k1['kld_mean']:.1e} ({inside(k1)}).")
     if progress: print(f"quick_eval: {time.time() - t0:.0f} s", flush=True)
-    return dict(clean=clean, plant=plant, dose=dose, rows=[row0, row1], sentence=sentence, seconds=round(time.time() - t0, 1))
+    return dict(clean=clean, plant=plant, dose=dose, rows=[row0, row1], sentence=sentence,
+                seconds=round(time.time() - t0, 1))

@@ -34,7 +34,7 @@ __all__ = ['tiny_lm_config', 'InklingBlockAttention', 'InklingMLP', 'InklingDeco
 
 # %% ../nbs/12_model.ipynb #6693551c
 def tiny_lm_config(**kw) -> InklingConfig:
-    "The embedded tiny Inkling: 6 layers (global layer 3, the rest local), hidden 256, 2 q / 1 kv heads of 128, window 128, E 256."
+    "Embedded tiny Inkling: 6 layers (layer 3 global, rest local), hidden 256, 2q/1kv heads of 128, window 128, E 256."
     d = dict(num_layers=6, local_layer_ids=(0, 1, 2, 4, 5), hidden_size=256, num_attention_heads=2, num_kv_heads=1,
              rel_extent=256, sliding_window=128, log_scaling_alpha=0.1, log_scaling_n_floor=512, vocab_size=TEXT_VOCAB,
              intermediate_size=168, num_experts=0, dense_mlp_idx=6)
@@ -47,7 +47,7 @@ class _W(nn.Module):
         super().__init__(); self.weight = nn.Parameter(torch.empty(*shape, dtype=dtype, device=device))
 
 class InklingBlockAttention(InklingAttention):
-    "`layer.InklingAttention` plus the projections a decoder layer owns around it: `wq_du|wk_dv|wv_dv|wr_du` (qkvr) and `wo_ud`."
+    "`layer.InklingAttention` plus the projections a decoder layer owns around it: `wq_du|wk_dv|wv_dv|wr_du`, `wo_ud`."
     def __init__(self, cfg: InklingConfig, layer_idx: int, **kw):
         super().__init__(cfg, layer_idx, **kw)
         g, H, dev = self.geom, cfg.hidden_size, self.q_scale.device
@@ -61,7 +61,7 @@ class InklingBlockAttention(InklingAttention):
         return torch.cat([self.wq_du.weight, self.wk_dv.weight, self.wv_dv.weight, self.wr_du.weight])
 
 class InklingMLP(nn.Module):
-    "Dense SwiGLU MLP: `w13_dn` holds gate and up rows interleaved (gate = rows 0::2, up = rows 1::2), `w2_md` projects back."
+    "Dense SwiGLU MLP: `w13_dn` has gate and up rows interleaved (gate rows 0::2, up rows 1::2), `w2_md` projects back."
     def __init__(self, hidden: int, inter: int, device=None):
         super().__init__()
         self.w13_dn, self.w2_md = _W(2 * inter, hidden, device=device), _W(hidden, inter, device=device)
@@ -92,14 +92,17 @@ class _LLM(nn.Module):
 
 # %% ../nbs/12_model.ipynb #99129678
 class InklingLM(nn.Module):
-    "A small Inkling: embedding (+ norm) → decoder layers on `layer.InklingAttention` → final norm → lm head. Params in vLLM's checkpoint names."
-    def __init__(self, cfg: InklingConfig, *, kv_cache_dtype: str = "auto", kernels: str = "auto", platform=None, capability=None, device=None):
+    "A small Inkling: embedding (+ norm) → `layer.InklingAttention` decoder layers → norm → lm head; vLLM param names."
+    def __init__(self, cfg: InklingConfig, *, kv_cache_dtype: str = "auto", kernels: str = "auto", platform=None,
+                 capability=None, device=None):
         super().__init__()
         if cfg.num_experts and cfg.dense_mlp_idx < cfg.num_layers:
-            raise NotImplementedError("InklingLM builds dense MLPs only (MoE does not touch the KV cache): set num_experts=0 or dense_mlp_idx=num_layers")
+            raise NotImplementedError("InklingLM builds dense MLPs only (MoE does not touch the KV cache): set "
+                                      "num_experts=0 or dense_mlp_idx=num_layers")
         self.cfg = cfg
         self.model = nn.Module()
-        self.model.llm = _LLM(cfg, kv_cache_dtype=kv_cache_dtype, kernels=kernels, platform=platform, capability=capability, device=device)
+        self.model.llm = _LLM(cfg, kv_cache_dtype=kv_cache_dtype, kernels=kernels, platform=platform,
+                              capability=capability, device=device)
         self.init_weights(seed=0)
 
     @property
@@ -129,13 +132,13 @@ class InklingLM(nn.Module):
 
 # %% ../nbs/12_model.ipynb #962dfdcf
 def _conv_dense(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    "Causal depthwise conv + residual of `x [B, L, C]` with `w [C, 1, 4]` (tap i multiplies x[p - 3 + i]); differentiable."
+    "Causal depthwise conv + residual of `x [B, L, C]` with `w [C, 1, 4]` (tap i times x[p - 3 + i]); differentiable."
     W = w.shape[-1]
     y = F.conv1d(F.pad(x.transpose(1, 2), (W - 1, 0)), w.to(x.dtype), groups=x.shape[-1]).transpose(1, 2)
     return x + y
 
 def rel_bias_dense(rel: torch.Tensor, L: int) -> torch.Tensor:
-    "`[B, H, L, L]` with `[i, j] = rel[b, i, h, i - j]` for `0 <= i - j < E`, else 0, from `rel [B, L, H, E]` (a skew, no index tensor)."
+    "`[B, H, L, L]` with `[i, j] = rel[b, i, h, i - j]` for `0 <= i - j < E`, else 0, from `rel [B, L, H, E]` (a skew)."
     B, _, H, E = rel.shape
     if E > L: rel, E = rel[..., :L], L
     R = rel.permute(0, 2, 1, 3).flip(-1)                               # [B, H, L, E]: column e holds distance E-1-e
@@ -143,7 +146,7 @@ def rel_bias_dense(rel: torch.Tensor, L: int) -> torch.Tensor:
     return P.flatten(-2)[..., E - 1:E - 1 + L * (E + L - 1)].view(B, H, L, E + L - 1)[..., :L]
 
 def dense_attention(q, k, v, rel, *, window: int | None, softmax_scale: float) -> torch.Tensor:
-    "Dense causal relative-bias attention, the kernels' math in differentiable torch: `q [B,L,Hq,D]`, `k, v [B,L,Hkv,D]`, `rel [B,L,Hq,E]`."
+    "Dense causal relative-bias attention (kernels' math, torch): `q [B,L,Hq,D]`, `k, v [B,L,Hkv,D]`, `rel [B,L,Hq,E]`."
     L, Hq = q.shape[1], q.shape[2]
     G = Hq // k.shape[2]
     i = torch.arange(L, device=q.device)
@@ -159,10 +162,11 @@ def _split(x: torch.Tensor, geom):
     return (x[..., o['q']:o['k']], x[..., o['k']:o['v']], x[..., o['v']:o['r']], x[..., o['r']:].unflatten(-1, (Hq, R)))
 
 def dense_logits(model: "InklingLM", tokens: torch.Tensor, *, dropout: float = 0.0) -> torch.Tensor:
-    "Logits `[B, L, V]` of `tokens [B, L]` by the served model's math in differentiable torch (training, oracle); `dropout` on the residual branches (training)."
+    "Logits `[B, L, V]` of `tokens [B, L]`: served model's math, differentiable torch; `dropout` on residual branches."
     llm, cfg = model.model.llm, model.cfg
     eps, L = cfg.rms_norm_eps, tokens.shape[1]
-    dt = llm.embed.weight.dtype if not torch.is_autocast_enabled(tokens.device.type) else torch.get_autocast_dtype(tokens.device.type)
+    dt = (llm.embed.weight.dtype if not torch.is_autocast_enabled(tokens.device.type)
+          else torch.get_autocast_dtype(tokens.device.type))
     h = rms_norm(F.embedding(tokens, llm.embed.weight), llm.embed_norm.weight, eps).to(dt)
     pos = torch.arange(L, device=tokens.device)
     for lay in llm.layers:
@@ -175,10 +179,12 @@ def dense_logits(model: "InklingLM", tokens: torch.Tensor, *, dropout: float = 0
         q = rms_norm(q.unflatten(-1, (g.num_heads, g.head_dim)), a.q_norm.weight, eps).to(dt)
         rel = torch.einsum("blhr,re->blhe", r.float(), a.rel_logits_proj.proj.float()).to(dt)
         if not a.is_local and cfg.log_scaling_n_floor is not None:
-            tau = (1.0 + cfg.log_scaling_alpha * torch.log(torch.clamp((pos + 1.0) / cfg.log_scaling_n_floor, min=1.0)))[:, None, None]
+            tau = (1.0 + cfg.log_scaling_alpha * torch.log(torch.clamp((pos + 1.0) / cfg.log_scaling_n_floor,
+                                                                       min=1.0)))[:, None, None]
             q, rel = (q.float() * tau).to(dt), (rel.float() * tau).to(dt)
         o = dense_attention(q, k, v.to(dt), rel, window=g.window, softmax_scale=a.softmax_scale)
-        h = h + F.dropout(_conv_dense(F.linear(o.flatten(-2), a.wo_ud.weight.to(dt)), lay.attn_sconv.weight), dropout, dropout > 0)
+        h = h + F.dropout(_conv_dense(F.linear(o.flatten(-2), a.wo_ud.weight.to(dt)), lay.attn_sconv.weight), dropout,
+                          dropout > 0)
         m = lay.mlp(rms_norm(h, lay.mlp_norm.weight, eps).to(dt))
         h = h + F.dropout(_conv_dense(m, lay.mlp_sconv.weight), dropout, dropout > 0)
     return F.linear(rms_norm(h, llm.norm.weight, eps).to(dt), llm.unembed.weight.to(dt))
@@ -186,7 +192,7 @@ def dense_logits(model: "InklingLM", tokens: torch.Tensor, *, dropout: float = 0
 # %% ../nbs/12_model.ipynb #a1c5c34d
 @torch.no_grad()
 def _lm_forward(self: InklingLM, batch: ModelBatch, *, logit_rows: torch.Tensor | None = None) -> torch.Tensor:
-    "Serve one step through the paged caches (every layer's caches must be bound): fp32 logits of `logit_rows` (default: all rows)."
+    "Serve one step through the paged caches (all layers' caches bound): fp32 logits of `logit_rows` (default: all)."
     llm, cfg = self.model.llm, self.cfg
     eps = cfg.rms_norm_eps
     h = rms_norm(F.embedding(batch.tokens, llm.embed.weight), llm.embed_norm.weight, eps).to(torch.bfloat16)
@@ -197,8 +203,10 @@ def _lm_forward(self: InklingLM, batch: ModelBatch, *, logit_rows: torch.Tensor 
                     conv_block_table=meta.conv_block_table, conv_slot_mapping=meta.conv_slot_mapping)
         qkvr = F.linear(rms_norm(h, lay.attn_norm.weight, eps).to(torch.bfloat16), a.qkvr_weight())
         o = a(qkvr, meta)
-        D0 = 2 * a.geom.head_dim                                               # ATTN lanes after K and V, MLP lanes after ATTN
-        h = h + sconv_paged(F.linear(o.flatten(1), a.wo_ud.weight), lay.attn_sconv.weight.squeeze(1), a.conv_cache, D0, **conv)
+        # ATTN lanes after K and V, MLP lanes after ATTN
+        D0 = 2 * a.geom.head_dim
+        h = h + sconv_paged(F.linear(o.flatten(1), a.wo_ud.weight), lay.attn_sconv.weight.squeeze(1), a.conv_cache, D0,
+                            **conv)
         m = lay.mlp(rms_norm(h, lay.mlp_norm.weight, eps).to(torch.bfloat16))
         h = h + sconv_paged(m, lay.mlp_sconv.weight.squeeze(1), a.conv_cache, D0 + lay.hph, **conv)
     if logit_rows is not None: h = h[logit_rows]
@@ -208,8 +216,9 @@ InklingLM.forward = _lm_forward
 
 # %% ../nbs/12_model.ipynb #4e4fd781
 def _save_pretrained(self: InklingLM, path, *, max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
-    "Write `config.json`, safetensors shards of at most `max_shard_bytes` and `model.safetensors.index.json` (vLLM names; scales included)."
-    keep = getattr(self, "loaded_scale_names", set())          # scales are written only where a checkpoint or calibration set them
+    "Write `config.json`, safetensors shards ≤ `max_shard_bytes`, `model.safetensors.index.json` (vLLM names, scales)."
+    # scales are written only where a checkpoint or calibration set them
+    keep = getattr(self, "loaded_scale_names", set())
     sd = {k: v for k, v in self.state_dict().items() if not k.endswith("_scale") or k in keep}
     cfg = config_to_json(self.cfg)
     qc = getattr(self, "quantization_config", None)     # a declared KV scheme survives a re-save
@@ -217,25 +226,29 @@ def _save_pretrained(self: InklingLM, path, *, max_shard_bytes: int = MAX_SHARD_
     return write_checkpoint(path, sd, cfg, max_shard_bytes=max_shard_bytes)
 
 @classmethod
-def _from_pretrained(cls, path, *, kv_cache_dtype: str = "auto", kernels: str = "auto", platform=None, capability=None, device=None,
+def _from_pretrained(cls, path, *, kv_cache_dtype: str = "auto", kernels: str = "auto", platform=None, capability=None,
+                     device=None,
                      warn: bool = True) -> InklingLM:
-    "Load a checkpoint written by `save_pretrained` (or by vLLM-style tools): weights strictly, then the KV scales via `scales.load_kv_scales` + coverage check."
+    "Load a `save_pretrained`/vLLM-style checkpoint: weights strictly, KV scales (`scales.load_kv_scales`, coverage)."
     from inkling_fp8kv.layer import load_layer_scales
     path = Path(path)
     cj, tensors = read_checkpoint(path)
     cfg = config_from_json(cj)
     if kv_cache_dtype == "auto": kv_cache_dtype = declared_kv_cache_dtype(cj) or "auto"
-    m = cls(cfg, kv_cache_dtype=kv_cache_dtype, kernels=kernels, platform=platform, capability=capability, device=device)
+    m = cls(cfg, kv_cache_dtype=kv_cache_dtype, kernels=kernels, platform=platform, capability=capability,
+            device=device)
     scale_names = {n for n in tensors if n.endswith(("_scale",)) and ".attn." in n}
     weights = {n: t for n, t in tensors.items() if n not in scale_names}
     own = {n for n, _ in m.named_parameters()}
     missing, unexpected = own - set(weights), set(weights) - own
     if missing or unexpected:
-        raise ValueError(f"{path}: checkpoint does not fit the config: missing {sorted(missing)[:6]}, unexpected {sorted(unexpected)[:6]}")
+        raise ValueError(f"{path}: checkpoint does not fit the config: missing {sorted(missing)[:6]}, unexpected "
+                         f"{sorted(unexpected)[:6]}")
     with torch.no_grad():
         for n, p in m.named_parameters():
             t = weights[n]
-            if t.shape != p.shape: raise ValueError(f"{path}: {n} has shape {tuple(t.shape)}, the model expects {tuple(p.shape)}")
+            if t.shape != p.shape:
+                raise ValueError(f"{path}: {n} has shape {tuple(t.shape)}, the model expects {tuple(p.shape)}")
             p.copy_(t)
     import warnings
     with warnings.catch_warnings():
@@ -250,12 +263,12 @@ InklingLM.from_pretrained = _from_pretrained
 
 # %% ../nbs/12_model.ipynb #7c31223e
 def train_log() -> dict:
-    "The training log of the shipped checkpoint (loss, held-out accuracy during training, served accuracy, command, GPU, versions)."
+    "The shipped checkpoint's training log (loss, held-out accuracy, served accuracy, command, GPU, versions)."
     return json.loads((tiny_checkpoint().parent / "train_log.json").read_text())
 
 # %% ../nbs/12_model.ipynb #107eab2f
 def planted_rows(attn: InklingAttention, channels: int) -> list:
-    "The V-projection rows `plant_v_outliers` scales in one layer: the `channels` heaviest rows (by weight norm) of each KV head."
+    "V-projection rows `plant_v_outliers` scales in a layer: the `channels` heaviest rows (by weight norm) per KV head."
     g, D = attn.geom, attn.geom.head_dim
     if not 0 < channels <= D: raise ValueError(f"channels={channels} must be in [1, {D}]")
     rows = []
@@ -265,9 +278,12 @@ def planted_rows(attn: InklingAttention, channels: int) -> list:
     return rows
 
 def plant_v_outliers(src, dst, *, layers=None, channels: int = 128, factor: float = 1024.0) -> dict:
-    "Copy checkpoint `src` to `dst` with `channels` V channels per KV head of `layers` (default: the global ones) scaled by `factor` (a power of two) and the o-proj columns that read them by 1/`factor`: the bf16 function is unchanged, the stored V gets outliers."
+    """Copy checkpoint `src` to `dst` with `channels` V channels per KV head of `layers` (default: the global ones)
+    scaled by `factor` (a power of two) and the o-proj columns that read them by 1/`factor`: the bf16 function is
+    unchanged, the stored V gets outliers."""
     m, e = math.frexp(factor)
-    if factor <= 1 or m != 0.5: raise ValueError(f"factor={factor}: a power of two > 1 keeps bf16 results bit-identical")
+    if factor <= 1 or m != 0.5:
+        raise ValueError(f"factor={factor}: a power of two > 1 keeps bf16 results bit-identical")
     model = InklingLM.from_pretrained(src, kernels="reference", platform="cpu", warn=False)
     layers = model.cfg.global_layer_ids if layers is None else tuple(layers)
     planted = {}

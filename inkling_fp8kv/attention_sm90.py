@@ -458,6 +458,7 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
         if t is not None and t.device != q.device: return f"{name} is on {t.device}, q on {q.device}"
     return None
 
+# %% ../nbs/07c_attention_sm90.ipynb #fa9607e5
 # the compute capabilities where rel_attention(fast_path=None) picks this kernel: those where this notebook's `#| cuda`
 # tests (and 07's and 08's) passed with the kernel exactly as it is here (bench/results/gpu_tests.json).
 AUTO_CAPABILITIES = ((9, 0),)

@@ -79,6 +79,7 @@ def _version(t: torch.Tensor):
     try: return t._version
     except RuntimeError: return None          # inference-mode tensors keep no version counter
 
+# %% ../nbs/08_layer.ipynb #0aa16253
 class InklingAttention(nn.Module):
     "Inkling attention layer (local/global), bf16 or fp8 e4m3 KV cache: `forward(qkvr, meta)` → bf16 `[T, Hq, 128]`."
     def __init__(self, cfg: InklingConfig, layer_idx: int, *, tp: int = 1, kv_cache_dtype: str = "auto",

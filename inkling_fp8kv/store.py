@@ -175,6 +175,7 @@ def _store_pair(k_dst, v_dst, d, store, k, v):
     tl.store(k_dst[:, None] + d[None, :], k, mask=store[:, None])
     tl.store(v_dst[:, None] + d[None, :], v, mask=store[:, None])
 
+# %% ../nbs/04_store.ipynb #8049b9a1
 @triton.jit
 def _kv_rows(tok, n_tok, h, qkvr_ptr, stride_tok, kcw_ptr, vcw_ptr, knw_ptr, eps, pos_ptr, seq_ptr, qstart_ptr,
              conv_ptr, cv_b, cv_h, cv_n, cbt_ptr, cbt_stride, cbt_cols, cslot_ptr,
@@ -473,6 +474,28 @@ def _check_prep_weights(w: PrepWeights, geom: RankGeometry):
         if getattr(w, name).dtype != torch.bfloat16:
             raise ValueError(f"w.{name} must be bf16, got {getattr(w, name).dtype}")
 
+def _check_prep_tensors(qkvr, w: PrepWeights, geom: RankGeometry, t: dict):
+    "ValueError naming the tensor unless the caches' shapes, the strides and the devices fit (`t`: the named inputs)."
+    Hkv, D, dev = geom.num_kv_heads, geom.head_dim, qkvr.device
+    conv_cache, k_cache, v_cache = t["conv_cache"], t["k_cache"], t["v_cache"]
+    conv_block_table = t["conv_block_table"]
+    if (conv_cache.dim() != 4 or conv_cache.shape[1] != Hkv or conv_cache.shape[3] != geom.conv_width_padded
+            or conv_cache.dtype != torch.bfloat16):
+        raise ValueError(f"conv_cache must be bf16 [nb, {Hkv}, N, {geom.conv_width_padded}], got {conv_cache.dtype} "
+                         f"{tuple(conv_cache.shape)}")
+    if k_cache.dim() != 4 or k_cache.shape[2:] != (Hkv, D) or v_cache.shape != k_cache.shape:
+        raise ValueError(f"k_cache and v_cache must be [nb, B, {Hkv}, {D}], got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    if conv_block_table.dim() != 2:
+        raise ValueError(f"conv_block_table must be 2-D, got {tuple(conv_block_table.shape)}")
+    for name, x in dict(qkvr=qkvr, conv_cache=conv_cache, k_cache=k_cache, v_cache=v_cache).items():
+        if x.stride(-1) != 1:
+            raise ValueError(f"{name} must have unit stride along its last dim, got strides {x.stride()}")
+    on_dev = dict(t, **{f"w.{f}": getattr(w, f) for f in ('k_conv_w', 'v_conv_w', 'q_norm_w', 'k_norm_w', 'rel_proj')})
+    for name, x in on_dev.items():
+        if x is not None and x.device != dev:
+            raise ValueError(f"{name} is on {x.device} but qkvr on {dev}: all inputs must share one device")
+
 def prep_launch(geom: RankGeometry, num_tokens: int, *, small_token_threshold: int = SMALL_TOKEN_THRESHOLD) -> tuple:
     "`qkvr_prep`'s kernel for `num_tokens` tokens + per-batch ints: `('fused', T)` or `('tiled', T, n_kv, n_rel)`."
     target = triton_target()
@@ -515,26 +538,10 @@ def qkvr_prep(qkvr: torch.Tensor, w: PrepWeights, *, geom: RankGeometry, positio
             raise ValueError("tau (log scaling) applies to global layers only; pass tau=None for a local layer")
         if tau.shape != (T,): raise ValueError(f"tau must be [{T}], got {tuple(tau.shape)}")
     _check_prep_weights(w, geom)
-    if (conv_cache.dim() != 4 or conv_cache.shape[1] != Hkv or conv_cache.shape[3] != geom.conv_width_padded
-            or conv_cache.dtype != torch.bfloat16):
-        raise ValueError(f"conv_cache must be bf16 [nb, {Hkv}, N, {geom.conv_width_padded}], got {conv_cache.dtype} "
-                         f"{tuple(conv_cache.shape)}")
-    if k_cache.dim() != 4 or k_cache.shape[2:] != (Hkv, D) or v_cache.shape != k_cache.shape:
-        raise ValueError(f"k_cache and v_cache must be [nb, B, {Hkv}, {D}], got {tuple(k_cache.shape)} and "
-                         f"{tuple(v_cache.shape)}")
-    if conv_block_table.dim() != 2:
-        raise ValueError(f"conv_block_table must be 2-D, got {tuple(conv_block_table.shape)}")
-    for name, t in dict(qkvr=qkvr, conv_cache=conv_cache, k_cache=k_cache, v_cache=v_cache).items():
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name} must have unit stride along its last dim, got strides {t.stride()}")
-    on_dev = dict(positions=positions, seq_idx=seq_idx, query_start=query_start, conv_cache=conv_cache,
-                  conv_block_table=conv_block_table, conv_slot_mapping=conv_slot_mapping, k_cache=k_cache,
-                  v_cache=v_cache,
-                  slot_mapping=slot_mapping, tau=tau,
-                  **{f"w.{f}": getattr(w, f) for f in ('k_conv_w', 'v_conv_w', 'q_norm_w', 'k_norm_w', 'rel_proj')})
-    for name, t in on_dev.items():
-        if t is not None and t.device != dev:
-            raise ValueError(f"{name} is on {t.device} but qkvr on {dev}: all inputs must share one device")
+    _check_prep_tensors(qkvr, w, geom, dict(positions=positions, seq_idx=seq_idx, query_start=query_start,
+                                            conv_cache=conv_cache, conv_block_table=conv_block_table,
+                                            conv_slot_mapping=conv_slot_mapping, k_cache=k_cache, v_cache=v_cache,
+                                            slot_mapping=slot_mapping, tau=tau))
     if force_path not in (None, 'fused', 'tiled'):
         raise ValueError(f"force_path must be None, 'fused' or 'tiled', got {force_path!r}")
     nb_conv, N = conv_cache.shape[0], conv_cache.shape[2]

@@ -7,7 +7,7 @@ __all__ = ['ATTENTION_TARGETS', 'RENDER', 'provenance', 'write_path_table', 'wri
            'plot_write_path', 'render_write_path', 'render_write_path_parts', 'render_layer', 'plot_layer',
            'render_peers', 'plot_peers', 'attention_tables', 'attention_reading', 'plot_attention', 'render_attention',
            'render_decode_splits', 'render_notes', 'render_engine', 'render_evaluate', 'render_gpu_tests',
-           'sm90_tables', 'sm90_reading', 'render_sm90', 'summary_markdown']
+           'render_sm90_cubins', 'sm90_tables', 'sm90_reading', 'render_sm90', 'summary_markdown']
 
 # %% ../../nbs/15d_bench_render.ipynb #ba60267f
 import json, math
@@ -528,6 +528,14 @@ def render_gpu_tests(r: dict) -> str:
                          _table(["notebook", "result", "seconds"],
                                 [[n["notebook"], n["result"], n["seconds"]] for n in r["notebooks"]])])
 
+def render_sm90_cubins(r: dict) -> str:
+    "The H200-verified SM90 kernel by its bytes (`tools/sm90_compile.py --record`): cubin sha256 per Triton and build."
+    builds = sorted({b for per in r["builds"].values() for b in per})
+    return "\n\n".join([r["source"] + ".",
+                         _table(["Triton", "recorded"] + builds,
+                                [[v, r["recorded"][v]["date"]] + [f"`{per.get(b, '-')[:12]}`" for b in builds]
+                                 for v, per in sorted(r["builds"].items())])])
+
 # %% ../../nbs/15d_bench_render.ipynb #f1c32b55
 def _one(rows: list, **kw) -> dict | None:
     "The first timed row whose keys equal `kw`, or None."
@@ -638,7 +646,8 @@ def render_sm90(res: dict) -> str:
 RENDER = dict(write_path=render_write_path, write_path_parts=render_write_path_parts, layer=render_layer,
               fa4_peer=render_peers,
               attention=render_attention, decode_splits=render_decode_splits,
-              engine=render_engine, evaluate=render_evaluate, attention_sm90=render_sm90, gpu_tests=render_gpu_tests)
+              engine=render_engine, evaluate=render_evaluate, attention_sm90=render_sm90, gpu_tests=render_gpu_tests,
+              sm90_cubins=render_sm90_cubins)
 
 def summary_markdown(name: str, res: dict) -> str:
     "The rendering of suite `name`'s results (what the scripts and the `bench` command print after a run)."

@@ -78,6 +78,10 @@ def record(path: Path):
              "(bench/results/gpu_tests.json); notebook 07c's CPU test compares the shipped kernel against them",
         builds={})
     rec["builds"][triton.__version__] = {case_key(**c): build(**c)["cubin_sha256"] for c in SHIPPED}
+    # the results header every file in bench/results carries (no GPU: the code is compiled for sm_90a on this machine)
+    rec.update(gpu="none: compiled for sm_90a (GPUTarget cuda 90) by Triton and its ptxas, no GPU needed",
+               torch=torch.__version__, triton=", ".join(sorted(rec["builds"])), python=sys.version.split()[0],
+               date=datetime.date.today().isoformat(), command="python tools/sm90_compile.py --record " + str(path))
     rec.setdefault("recorded", {})[triton.__version__] = dict(date=datetime.date.today().isoformat(),
                                                               command="python tools/sm90_compile.py --record " + str(path))
     tmp = path.with_name(path.name + ".tmp")

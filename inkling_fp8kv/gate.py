@@ -7,7 +7,7 @@ __all__ = ['SUPPORTED_KV_CACHE_DTYPES', 'FP8_E4M3_ALIASES', 'KNOWN_UNSUPPORTED_K
            'parse_capability', 'resolve_kv_cache_dtype', 'capability_table']
 
 # %% ../nbs/02_gate.ipynb #82c3b305
-import numbers, re
+import re
 from dataclasses import dataclass
 import torch
 from .config import is_int

@@ -7,7 +7,7 @@ __all__ = ['SCALE_KINDS', 'parse_scale_name', 'validate_scale', 'UnrecognisedSca
            'ScaleCoverageWarning', 'ScaleCoverage', 'check_scale_coverage']
 
 # %% ../nbs/09_scales.ipynb #51d1f264
-import logging, math, re, warnings
+import logging, re, warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 import torch

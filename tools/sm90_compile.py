@@ -14,6 +14,7 @@ import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from inkling_fp8kv.checkpoint import atomic_write
 from inkling_fp8kv.numerics import E4M3_DTYPE
 from inkling_fp8kv.reference import alloc_kv_cache
 
@@ -64,7 +65,8 @@ def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8):
     # P.V's wgmmas (N = 64, a half of D) and how many start from a zero accumulator (scale-d, third operand from the end, 0)
     pv = [l.rstrip().rstrip(";").split(",")[-3].strip() for l in ptx.splitlines()
           if "wgmma.mma_async" in l and ".m64n64k32." in l]
-    return dict(variant="one-level" if path else "shipped", page=page, window=window, seconds=round(secs, 2),
+    return dict(variant="one-level" if path else "shipped", case=case_key(page, window), page=page, window=window,
+                seconds=round(secs, 2),
                 wgmma=sorted({s for s, *_ in mma}), wgmma_types=sorted({".".join(t) for _, *t in mma}),
                 tma=ptx.count("cp.async.bulk.tensor"), shared=k.metadata.shared, qgmma=sass.count("QGMMA"),
                 setmaxreg=sass.count("SETMAXREG"), pv_mma=len(pv), pv_fresh=sum(x == "0" for x in pv),
@@ -84,9 +86,7 @@ def record(path: Path):
                date=datetime.date.today().isoformat(), command="python tools/sm90_compile.py --record " + str(path))
     rec.setdefault("recorded", {})[triton.__version__] = dict(date=datetime.date.today().isoformat(),
                                                               command="python tools/sm90_compile.py --record " + str(path))
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(rec, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, (json.dumps(rec, indent=1) + "\n").encode(), unique=True)
     print(json.dumps(rec["builds"][triton.__version__], indent=1))
 
 if __name__ == "__main__":

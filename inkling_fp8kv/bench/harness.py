@@ -8,7 +8,7 @@ __all__ = ['HEADER_KEYS', 'TIMINGS', 'SUITES', 'run_header', 'write_json_atomic'
            'measure_floors', 'Suite', 'register_suite', 'check_device', 'results_dir', 'run_suite']
 
 # %% ../../nbs/15a_bench_harness.ipynb #e24453d5
-import argparse, datetime, json, os, platform, sys, tempfile, time
+import datetime, json, os, platform, sys, tempfile, time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable

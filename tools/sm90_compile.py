@@ -38,7 +38,8 @@ def load(path):
 
 def case_key(page, window) -> str: return f"page {page}, " + (f"window {window}" if window else "global")
 
-def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8):
+def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8, sass_out=False):
+    "One build's measures (with `sass_out`, its SASS text too, under 'sass')."
     m = load(path)
     _, kc, vc = alloc_kv_cache(4, page, Hkv, dtype=E4M3_DTYPE)
     q = torch.zeros(T, G * Hkv, 128, dtype=torch.uint8).view(E4M3_DTYPE)
@@ -65,13 +66,17 @@ def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8):
     # P.V's wgmmas (N = 64, a half of D) and how many start from a zero accumulator (scale-d, third operand from the end, 0)
     pv = [l.rstrip().rstrip(";").split(",")[-3].strip() for l in ptx.splitlines()
           if "wgmma.mma_async" in l and ".m64n64k32." in l]
-    return dict(variant="one-level" if path else "shipped", case=case_key(page, window), page=page, window=window,
+    # Q.K^T's wgmmas (N = BLOCK_N) whose A operand is registers: "{...}, {a0, a1, a2, a3}, desc_b" has two brace groups
+    qk = [l for l in ptx.splitlines() if "wgmma.mma_async" in l and ".m64n64k32." not in l]
+    return dict(variant=Path(path).stem if path else "shipped", case=case_key(page, window), page=page, window=window,
                 seconds=round(secs, 2),
                 wgmma=sorted({s for s, *_ in mma}), wgmma_types=sorted({".".join(t) for _, *t in mma}),
                 tma=ptx.count("cp.async.bulk.tensor"), shared=k.metadata.shared, qgmma=sass.count("QGMMA"),
                 setmaxreg=sass.count("SETMAXREG"), pv_mma=len(pv), pv_fresh=sum(x == "0" for x in pv),
+                qk_mma=len(qk), qk_regs_a=sum(l.count("{") >= 2 for l in qk),
+                spill_stores=len(re.findall(r"\bSTL\b", sass)), spill_loads=len(re.findall(r"\bLDL\b", sass)),
                 regs=int(use["REG"]), stack=int(use["STACK"]), local=int(use.get("LOCAL", 0)),
-                cubin_sha256=hashlib.sha256(k.asm["cubin"]).hexdigest())
+                cubin_sha256=hashlib.sha256(k.asm["cubin"]).hexdigest(), **(dict(sass=sass) if sass_out else {}))
 
 def record(path: Path):
     "Add this Triton's cubin hashes of the shipped builds to the record at `path` (written atomically)."

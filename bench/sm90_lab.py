@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""Lab variants of the SM90 fp8 prefill (notebook 07c) and of split-KV decode's launch, measured in one GPU call.
+
+A prefill variant is the shipped module's source with named edits (`VARIANTS`), imported as a module of the package
+the way notebook 07c builds its one-level control: the shipped kernel itself is never changed by this script.
+
+  python bench/sm90_lab.py --compile [VARIANT...]     any machine, no GPU: each variant compiled for sm_90a by Triton
+                                                      and its ptxas (tools/sm90_compile.py): registers, spills, shared
+                                                      memory, wgmma shapes; a variant that no longer applies fails here
+  PYTHONPATH=$PWD python bench/sm90_lab.py [--out DIR] [--no-decode] [VARIANT...]
+                                                      on the H200: each variant checked against the shipped fast path
+                                                      and the portable kernel on mixed batches (global and window
+                                                      layers, pages 16/64/128, Hq 16/8), then timed beside the shipped
+                                                      kernel; then the decode launch sweep at the issue's three shapes
+-> sm90_lab.json in --out, else $OUT, else a new temporary folder (never bench/results: a lab run is read, then the
+   winners are folded into 07c / 06b and measured again by bench/attention_sm90.py).
+"""
+import argparse, inspect, itertools, json, math, os, re, subprocess, sys, tempfile, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+def edit(src: str, old: str, new: str, count: int = 1) -> str:
+    "`src` with `old` replaced by `new`; `old` must occur exactly `count` times (a stale edit fails, never half-applies)."
+    n = src.count(old)
+    if n != count: raise ValueError(f"edit expects {count} occurrence(s) of {old[:70]!r}, the source has {n}")
+    return src.replace(old, new)
+
+# ---- ping-pong: the two consumer warpgroups take turns to issue their Q.K^T (two mbarriers, count 1 each) ---------
+def pingpong(src: str) -> str:
+    src = edit(src, "row_valid, MASKED: gl.constexpr):\n    kv.wait_ready(j)",
+               "row_valid, turn, WG: gl.constexpr, MASKED: gl.constexpr):\n    kv.wait_ready(j)")
+    src = edit(src, "    qk = warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, "
+                    "is_async=True)\n",
+               "    mbarrier.wait(turn.index(WG), j & 1)          # this warpgroup's turn to issue (phase j: tile j)\n"
+               "    qk = warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, "
+               "is_async=True)\n"
+               "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn\n")
+    src = edit(src, "def _consumer(cfg, keys, tiles, kv, vt, qt, WG: gl.constexpr):",
+               "def _consumer(cfg, keys, tiles, kv, vt, qt, turn, WG: gl.constexpr):")
+    src = edit(src, "row_valid, False)", "row_valid, turn, WG, False)")
+    src = edit(src, "row_valid, True)", "row_valid, turn, WG, True)")
+    src = edit(src, "    _init_ring(vt, 2)\n",
+               "    _init_ring(vt, 2)\n"
+               "    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())\n"
+               "    for i in gl.static_range(2):\n"
+               "        mbarrier.init(turn.index(i), count=1)\n")
+    src = edit(src, "    fence_async_shared()\n    _cta_barrier()\n    tiles = KVTiles(",
+               "    fence_async_shared()\n    _cta_barrier()\n"
+               "    mbarrier.arrive(turn.index(0), count=1)       # warpgroup 0 issues first\n"
+               "    tiles = KVTiles(")
+    for wg in (0, 1):
+        src = edit(src, f"(_consumer, (cfg, keys, tiles, kv, vt, qt, {wg}))",
+                   f"(_consumer, (cfg, keys, tiles, kv, vt, qt, turn, {wg}))")
+    return src
+
+# ---- Q as Q.K^T's register operand: loaded from shared memory once, instead of read by every tile's wgmma --------
+def q_regs(src: str) -> str:
+    return edit(src, "    q_wg = qt.q_smem.index(WG)\n",
+                "    q_wg = qt.q_smem.index(WG).load(gl.DotOperandLayout(operand_index=0, parent=cfg.s_layout, k_width=4))\n")
+
+# ---- the consumers at 224 registers: the producer warpgroup's share rises from 40 to 64 (its transpose spills at 40) --
+def regs224(src: str) -> str:
+    return edit(src, "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 232, 168", "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 224, 168")
+
+# ---- three V^T buffers: the producer may run two tiles ahead of the slower consumer instead of one ------------------
+def vt3(src: str) -> str:
+    src = edit(src, "tiles.vt_smem.index(j % 2)", "tiles.vt_smem.index(j % 3)", count=2)
+    src = edit(src, "[2, HEAD_DIM, BLOCK_N], smem_layout)", "[3, HEAD_DIM, BLOCK_N], smem_layout)")
+    return edit(src, "    vt = _alloc_ring(2)", "    vt = _alloc_ring(3)")
+
+# ---- ablation: no V transpose (P.V reads whatever V^T holds: wrong outputs; times the rest of the kernel) ----------
+def no_transpose(src: str) -> str:
+    return edit(src, "        _transpose_v(tiles.v_smem.index(j % cfg.STAGES), tiles.vt_smem.index(j % 2), "
+                     "keys.lo + j * cfg.BLOCK_N,\n                     keys.kv_len, cfg.BLOCK_N)\n", "")
+
+# name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical)
+VARIANTS = {
+    "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
+                             "runs under the other's MMAs", True),
+    "q_regs": ([q_regs], "Q in registers as Q.K^T's A operand: 16 KB less shared-memory traffic per tile", True),
+    "pingpong+q_regs": ([pingpong, q_regs], "both", True),
+    "regs224": ([regs224], "consumers at 224 registers, the producer at 64 (40 shipped)", True),
+    "vt3": ([vt3], "three V^T buffers", True),
+    "pingpong+vt3": ([pingpong, vt3], "both", True),
+    "pingpong+regs224": ([pingpong, regs224], "both", True),
+    "ablation: no transpose": ([no_transpose], "the producer does not transpose V: wrong outputs, times the rest", None),
+    "ablation: pingpong, no transpose": ([pingpong, no_transpose], "as above, with the ping-pong", None),
+}
+
+def variant_source(name: str) -> str:
+    import inkling_fp8kv.attention_sm90 as shipped
+    src = inspect.getsource(shipped)
+    for f in VARIANTS[name][0]: src = f(src)
+    return src
+
+def write_variant(name: str, folder: Path) -> Path:
+    path = Path(folder) / f"sm90_{re.sub(r'[^a-z0-9]+', '_', name)}.py"
+    path.write_text(variant_source(name))
+    return path
+
+def load_variant(path: Path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"inkling_fp8kv._{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+# ---- static measures of a build, on any machine: its SASS's hot loops ------------------------------------------------
+_OPS = dict(instrs=None, LDL=r"^LDL", STL=r"^STL", MUFU=r"^MUFU", QGMMA=r"^QGMMA", SHFL=r"^SHFL", LDS=r"^LDS\b",
+            STS=r"^STS\b", PRMT=r"^PRMT", LDG=r"^LDG")
+
+def hot_loops(sass: str) -> dict:
+    """Opcode counts of the kernel's three hot loops, from its SASS: the consumers' far-tile loop (12 QGMMA: Q.K^T's 4
+    k-steps and P.V's 8, no bias load), their near-tile loop (12 QGMMA and the bias loads) and the producer's loop
+    (TMA and the transpose's shared-memory stores); each the smallest loop (a backward branch's span) that matches."""
+    ins = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", line)
+        if m: ins.append((int(m.group(1), 16), m.group(2).strip()))
+    found = {}
+    for a, text in ins:
+        m = re.search(r"BRA (?:`\(\.L_x_\d+\) )?0x([0-9a-f]+)", text)
+        if not m or int(m.group(1), 16) >= a: continue
+        body = [t for b, t in ins if int(m.group(1), 16) <= b <= a]
+        n = {k: len(body) if v is None else sum(bool(re.search(v, t)) for t in body) for k, v in _OPS.items()}
+        utma = sum(t.startswith("UTMALDG") for t in body)
+        kind = ("far" if n["QGMMA"] == 12 and not n["LDG"] else "near" if n["QGMMA"] == 12 else
+                "producer" if utma and n["STS"] and not n["QGMMA"] else None)
+        if kind and (kind not in found or n["instrs"] < found[kind]["instrs"]):
+            found[kind] = {k: v for k, v in n.items() if v}
+    return found
+
+def compile_stats(names, pages=(64,)) -> list:
+    "Each variant (and the shipped kernel) compiled for sm_90a in a clean process (tools/sm90_compile.py), plus its hot loops."
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {None: None} | {n: str(write_variant(n, Path(tmp))) for n in names}
+        cases = [dict(path=p, page=pg, window=None) for p in paths.values() for pg in pages]
+        code = ("import json, sys; sys.path.insert(0, %r); import sm90_compile as C, sm90_lab as L\n"
+                "for c in json.loads(sys.argv[1]):\n"
+                "    r = C.build(**c, sass_out=True)\n"
+                "    r['loops'] = L.hot_loops(r.pop('sass'))\n"
+                "    print(json.dumps(r), flush=True)\n") % str(ROOT / "tools")
+        env["PYTHONPATH"] += os.pathsep + str(ROOT / "bench")
+        r = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], env=env, capture_output=True, text=True)
+    if r.returncode: raise RuntimeError(r.stderr[-3000:])
+    out = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    for row, name in zip(out, [n for n in paths for _ in pages]):
+        row["variant"] = name or "shipped"
+    return out
+
+# ---- on the H200: each variant against the shipped kernel and the portable one, then timed -------------------------
+CHECKS = [  # (B, Sq, kv, Hq, page, window, varlen): varlen B = 3 requests of kv, kv·3/5 and Sq keys with Sq, Sq·3/7, 2 new
+    (3, 700, 3000, 16, 64, None, True), (3, 700, 3000, 16, 16, 512, True), (2, 300, 2000, 8, 128, None, False),
+    (1, 256, 65536, 16, 64, None, False)]
+TIMED = [  # (case, B, Sq, kv, window, mode): the issue's prefill cases
+    ("prefill 8K x 64K", 1, 8192, 65536, None, "eager"), ("prefill 8K x 64K, window 512", 1, 8192, 65536, 512, "eager"),
+    ("prefill 2K x 8K", 1, 2048, 8192, None, "replay"), ("prefill 1K x 4K", 1, 1024, 4096, None, "replay"),
+    ("prefill 4 x 512 x 2K", 4, 512, 2048, None, "replay")]
+
+def _inputs(B, Sq, kv, Hq, page, window, varlen=False, seed=0):
+    from inkling_fp8kv.bench.attention_suites import paged_attention_inputs
+    from inkling_fp8kv.numerics import E4M3_DTYPE
+    import torch
+    inp = paged_attention_inputs(B, kv, Hq, Sq, E4M3_DTYPE, E=window or 1024, page=page, seed=seed)
+    if varlen:       # requests of different lengths in one batch: the last has 2 new tokens
+        q_lens, kv_lens = [Sq, Sq * 3 // 7, 2][:B], [kv, kv * 3 // 5, Sq][:B]
+        cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32, device="cuda")
+        inp.update(seq_lens=torch.tensor(kv_lens, dtype=torch.int32, device="cuda"), cu_seqlens_q=cu)
+    return inp
+
+def _call(mod, inp, window, out):
+    kw = {k: inp[k] for k in ("block_table", "seq_lens", "cu_seqlens_q", "max_seqlen_q")}
+    return lambda: mod.prefill_sm90(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], **kw,
+                                    softmax_scale=1 / 128, window=window, out=out)
+
+def check_variant(mod, shipped) -> list:
+    "The variant's outputs against the shipped kernel's (bit for bit where `exact`) and the portable kernel's."
+    import torch
+    from inkling_fp8kv.bench.attention_suites import ours
+    rows = []
+    for B, Sq, kv, Hq, page, window, varlen in CHECKS:
+        inp = _inputs(B, Sq, kv, Hq, page, window, varlen)
+        T = int(inp["cu_seqlens_q"][-1])
+        outs = []
+        for m in (mod, shipped):
+            o = torch.zeros(inp["q"].shape, dtype=torch.bfloat16, device="cuda")
+            _call(m, inp, window, o)()
+            outs.append(o[:T].float())
+        port = ours(inp, window=window, fast_path=False)()[:T].float()
+        fro = lambda a: ((a - port).norm() / port.norm()).item()
+        rows.append(dict(B=B, Sq=Sq, kv=kv, Hq=Hq, page=page, window=window, varlen=varlen,
+                         identical=bool(torch.equal(outs[0], outs[1])), finite=bool(outs[0].isfinite().all()),
+                         rel_fro_vs_portable=fro(outs[0]), shipped_rel_fro_vs_portable=fro(outs[1])))
+    return rows
+
+def time_variants(mods: dict) -> list:
+    "Every module in `mods` (shipped first and again last, to see drift) on each `TIMED` case, in µs."
+    import torch
+    from inkling_fp8kv.bench.harness import time_us
+    from inkling_fp8kv.bench.attention_suites import causal_flops
+    rows, order = [], list(mods) + ["shipped"]
+    for case, B, Sq, kv, window, mode in TIMED:
+        inp = _inputs(B, Sq, kv, 16, 64, window, seed=kv + Sq + B)
+        out = torch.empty(inp["q"].shape, dtype=torch.bfloat16, device="cuda")
+        for i, name in enumerate(order):
+            try: us = time_us(_call(mods[name], inp, window, out), mode)
+            except Exception as e: rows.append(dict(case=case, variant=name, error=f"{type(e).__name__}: {e}"[:400])); continue
+            rows.append(dict(case=case, variant=name, repeat=i == len(order) - 1, mode=mode, us=us,
+                             tflops=B * causal_flops(Sq, kv, 16, window) / (us * 1e-6) / 1e12))
+        del inp, out
+        torch.cuda.empty_cache()
+    return rows
+
+# ---- split-KV decode: launch configurations around the shipped pick, at the issue's three decode shapes -------------
+DECODE = [("decode B=32, KV 64K", 32, 65536), ("decode B=8, KV 128K", 8, 131072), ("decode B=1, KV 64K", 1, 65536)]
+
+def decode_candidates() -> list:
+    "block_n, warps, stages, split waves and V's column order: 96 launch configurations (24 distinct compilations)."
+    return [dict(block_n=n, num_warps=w, num_stages=s, split_waves=sw, perm_v=p, lazy_skip=True)
+            for n, w, s, sw, p in itertools.product((32, 64), (1, 2, 4), (3, 5), (4, 8, 16, 32), (False, True))]
+
+def decode_sweep(t0: float, budget_s: float = 240) -> list:
+    "Each decode shape: the copy of its K/V bytes, the shipped pick, then every candidate (CUDA-graph replays)."
+    import torch
+    from inkling_fp8kv.bench.harness import time_us
+    from inkling_fp8kv.bench.attention_suites import paged_attention_inputs, ours, kv_bytes, copy_row
+    from inkling_fp8kv.numerics import E4M3_DTYPE
+    rows = []
+    for case, B, kv in DECODE:
+        inp = paged_attention_inputs(B, kv, 16, 1, E4M3_DTYPE, seed=kv + B)
+        copy = copy_row(case, B, kv, 2, "cuda")
+        rows.append(copy)
+        for cfg in [None] + decode_candidates():
+            if time.time() - t0 > budget_s:
+                rows.append(dict(case=case, skipped=f"the sweep's {budget_s:.0f} s budget ran out")); break
+            try: us = time_us(ours(inp, config=cfg), "replay")
+            except Exception as e: rows.append(dict(case=case, config=cfg, error=f"{type(e).__name__}: {e}"[:300])); continue
+            tbps = kv_bytes(B, kv, E4M3_DTYPE) / (us * 1e-6) / 1e12
+            rows.append(dict(case=case, B=B, kv=kv, config=cfg or "shipped", us=us, tbps=tbps,
+                             of_copy=tbps / copy["tbps"]))
+        del inp
+        torch.cuda.empty_cache()
+    return rows
+
+def _table(res: dict) -> str:
+    lines = []
+    for r in res.get("timed", []):
+        if "us" in r: lines.append(f"{r['case']:30s} {r['variant']:34s} {r['us']:9.1f} us {r['tflops']:6.0f} TFLOP/s")
+    for c in res.get("checks", []):
+        bad = [x for x in c["rows"] if not x["finite"] or (c["exact"] and not x["identical"])
+               or x["rel_fro_vs_portable"] > max(1.5 * x["shipped_rel_fro_vs_portable"], x["shipped_rel_fro_vs_portable"] + 2e-3)]
+        lines.append(f"check {c['variant']:34s} {'FAILED ' + str(len(bad)) if bad else 'ok'}")
+    for case, *_ in DECODE:
+        rs = [r for r in res.get("decode", []) if r.get("case") == case and "of_copy" in r]
+        if rs:
+            ship, best = rs[0], max(rs, key=lambda r: r["of_copy"])
+            lines.append(f"{case:30s} shipped {ship['us']:7.1f} us ({ship['of_copy']:.1%} of copy); best {best['us']:7.1f} us "
+                         f"({best['of_copy']:.1%}) {best['config']}")
+    return "\n".join(lines)
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("variants", nargs="*", help=f"variants to run (default: all): {', '.join(VARIANTS)}")
+    ap.add_argument("--compile", action="store_true", help="compile for sm_90a and report (no GPU needed)")
+    ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
+    ap.add_argument("--no-decode", action="store_true", help="skip the decode sweep")
+    ap.add_argument("--no-prefill", action="store_true", help="skip the prefill variants")
+    a = ap.parse_args(argv)
+    bad = [v for v in a.variants if v not in VARIANTS]
+    if bad: ap.error(f"unknown variants {bad}; known: {', '.join(VARIANTS)}")
+    names = a.variants or list(VARIANTS)
+    if a.compile:
+        for r in compile_stats(names):
+            print(f"{r['variant']:34s} {r['shared'] / 1024:5.1f} KB shared, Q.K^T A from registers {r['qk_regs_a']:2d}/"
+                  f"{r['qk_mma']}, per-tile loops: " + "; ".join(
+                      f"{k} {v['instrs']} instrs" + "".join(f", {o} {v[o]}" for o in ("LDL", "STL") if o in v)
+                      for k, v in sorted(r["loops"].items())))
+        return 0
+    import torch
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        sys.exit("the lab run needs an SM90 GPU (use --compile on any machine)")
+    from inkling_fp8kv.bench.harness import run_header, write_json_atomic
+    import inkling_fp8kv.attention_sm90 as shipped
+    t0 = time.time()
+    out = Path(a.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="sm90-lab-"))
+    res = dict(run_header("python bench/sm90_lab.py " + " ".join(argv if argv is not None else sys.argv[1:])),
+               what=__doc__.split("\n\n")[0], variants={n: VARIANTS[n][1] for n in names})
+    def save(): write_json_atomic(out / "sm90_lab.json", res | dict(wall_s=time.time() - t0))
+    if not a.no_prefill:
+        with tempfile.TemporaryDirectory() as tmp:
+            mods, res["checks"] = {"shipped": shipped}, []
+            for n in names:
+                try:
+                    mods[n] = load_variant(write_variant(n, Path(tmp)))
+                    if VARIANTS[n][2] is not None:
+                        res["checks"].append(dict(variant=n, exact=VARIANTS[n][2], rows=check_variant(mods[n], shipped)))
+                except Exception as e:
+                    res["checks"].append(dict(variant=n, error=f"{type(e).__name__}: {e}"[:400], rows=[]))
+                    mods.pop(n, None)
+                print(f"[{time.time() - t0:5.0f}s] {n} built and checked", file=sys.stderr, flush=True)
+            save()
+            res["timed"] = time_variants(mods)
+            save()
+    if not a.no_decode:
+        res["decode"] = decode_sweep(time.time(), 240)
+    save()
+    print(_table(res))
+    print(f"-> {out / 'sm90_lab.json'} ({time.time() - t0:.0f} s)")
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())

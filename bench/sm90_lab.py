@@ -21,9 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 def edit(src: str, old: str, new: str, count: int = 1) -> str:
-    "`src` with `old` replaced by `new`; `old` must occur exactly `count` times (a stale edit fails, never half-applies)."
+    "`src` with `old` replaced by `new`: exactly `count` times (None: at least once); a stale edit fails, never half-applies."
     n = src.count(old)
-    if n != count: raise ValueError(f"edit expects {count} occurrence(s) of {old[:70]!r}, the source has {n}")
+    if n != count and not (count is None and n):
+        raise ValueError(f"edit expects {count or 'some'} occurrence(s) of {old[:70]!r}, the source has {n}")
     return src.replace(old, new)
 
 # ---- ping-pong: the two consumer warpgroups take turns to issue their Q.K^T (two mbarriers, count 1 each) ---------
@@ -38,8 +39,8 @@ def pingpong(src: str) -> str:
                "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn\n")
     src = edit(src, "def _consumer(cfg, keys, tiles, kv, vt, qt, WG: gl.constexpr):",
                "def _consumer(cfg, keys, tiles, kv, vt, qt, turn, WG: gl.constexpr):")
-    src = edit(src, "row_valid, False)", "row_valid, turn, WG, False)")
-    src = edit(src, "row_valid, True)", "row_valid, turn, WG, True)")
+    src = edit(src, "row_valid, False)", "row_valid, turn, WG, False)", count=None)
+    src = edit(src, "row_valid, True)", "row_valid, turn, WG, True)", count=None)
     src = edit(src, "    _init_ring(vt, 2)\n",
                "    _init_ring(vt, 2)\n"
                "    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())\n"
@@ -74,6 +75,51 @@ def no_transpose(src: str) -> str:
     return edit(src, "        _transpose_v(tiles.v_smem.index(j % cfg.STAGES), tiles.vt_smem.index(j % 2), "
                      "keys.lo + j * cfg.BLOCK_N,\n                     keys.kv_len, cfg.BLOCK_N)\n", "")
 
+# ---- interior tiles: near the diagonal, the tiles where every row's keys are within [pos - E + 1, pos] (and the
+# window) add the bias with no mask; the masked code runs only on the band's edge and the diagonal --------------------
+def interior_bias(src: str) -> str:
+    src = edit(src, "def _tile(cfg, keys, tiles, kv, vt, qt, acc0,", "def _tile(cfg, keys, tiles, kv, vt, qt, INTERIOR: gl.constexpr, acc0,")
+    src = edit(src, "_tile(cfg, keys, tiles, kv, vt, qt, acc0,", "_tile(cfg, keys, tiles, kv, vt, qt, False, acc0,", count=2)
+    old = """        in_e = (d >= 0) & (d < qt.E) & row_valid[:, None]
+        rel = gl.load(qt.REL + rel_off[:, None] + d, mask=in_e, other=0.0).to(gl.float32)
+        vis = (d >= 0) & (offs_n < keys.kv_len)[None, :]
+        if cfg.HAS_WINDOW:
+            vis = vis & (d < qt.W)
+        s = gl.where(vis, qk * qt.sm_scale_log2 + rel * _LOG2E, float("-inf"))
+"""
+    new = """        if INTERIOR:
+            s = qk * qt.sm_scale_log2 + gl.load(qt.REL + rel_off[:, None] + d).to(gl.float32) * _LOG2E
+        else:
+""" + "".join("    " + line + "\n" for line in old.splitlines())
+    src = edit(src, old, new)
+    # rows past the request's end take its last query's place: every load in bounds, nothing of theirs is stored
+    src = edit(src, """    pos = qt.pos0 + tok
+    rel_off = (qt.q_start + tok) * qt.stride_rt""", """    tok_c = gl.minimum(tok, qt.q_len - 1)
+    pos = qt.pos0 + tok_c
+    rel_off = (qt.q_start + tok_c) * qt.stride_rt""")
+    old = """    for j in range(keys.n_far, keys.n_tiles):
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, vt, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                     row_valid, True)
+"""
+    new = """    # this warpgroup's positions (its rows past the end count as its last); tiles j_a <= j < j_b are interior
+    tok_lo = gl.minimum(qt.tok0 + WG * (cfg.M // cfg.G), qt.q_len - 1)
+    tok_hi = gl.minimum(qt.tok0 + (WG + 1) * (cfg.M // cfg.G), qt.q_len) - 1
+    band = gl.minimum(qt.E, qt.W) if cfg.HAS_WINDOW else qt.E
+    j_a = gl.maximum(keys.n_far, (gl.maximum(qt.pos0 + tok_hi - band + 1 - keys.lo, 0) + cfg.BLOCK_N - 1) // cfg.BLOCK_N)
+    j_a = gl.minimum(j_a, keys.n_tiles)
+    j_b = gl.maximum(gl.minimum(keys.n_tiles, gl.maximum(qt.pos0 + tok_lo + 1 - keys.lo, 0) // cfg.BLOCK_N), j_a)
+    for j in range(keys.n_far, j_a):
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, vt, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                     row_valid, True)
+    for j in range(j_a, j_b):
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, vt, qt, True, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                     row_valid, True)
+    for j in range(j_b, keys.n_tiles):
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, vt, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                     row_valid, True)
+"""
+    return edit(src, old, new)
+
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical)
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
@@ -84,6 +130,8 @@ VARIANTS = {
     "vt3": ([vt3], "three V^T buffers", True),
     "pingpong+vt3": ([pingpong, vt3], "both", True),
     "pingpong+regs224": ([pingpong, regs224], "both", True),
+    "interior": ([interior_bias], "near tiles wholly inside every row's bias band add the bias unmasked", True),
+    "pingpong+interior": ([interior_bias, pingpong], "both", True),
     "ablation: no transpose": ([no_transpose], "the producer does not transpose V: wrong outputs, times the rest", None),
     "ablation: pingpong, no transpose": ([pingpong, no_transpose], "as above, with the ping-pong", None),
 }
@@ -106,31 +154,6 @@ def load_variant(path: Path):
     spec.loader.exec_module(mod)
     return mod
 
-# ---- static measures of a build, on any machine: its SASS's hot loops ------------------------------------------------
-_OPS = dict(instrs=None, LDL=r"^LDL", STL=r"^STL", MUFU=r"^MUFU", QGMMA=r"^QGMMA", SHFL=r"^SHFL", LDS=r"^LDS\b",
-            STS=r"^STS\b", PRMT=r"^PRMT", LDG=r"^LDG")
-
-def hot_loops(sass: str) -> dict:
-    """Opcode counts of the kernel's three hot loops, from its SASS: the consumers' far-tile loop (12 QGMMA: Q.K^T's 4
-    k-steps and P.V's 8, no bias load), their near-tile loop (12 QGMMA and the bias loads) and the producer's loop
-    (TMA and the transpose's shared-memory stores); each the smallest loop (a backward branch's span) that matches."""
-    ins = []
-    for line in sass.splitlines():
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", line)
-        if m: ins.append((int(m.group(1), 16), m.group(2).strip()))
-    found = {}
-    for a, text in ins:
-        m = re.search(r"BRA (?:`\(\.L_x_\d+\) )?0x([0-9a-f]+)", text)
-        if not m or int(m.group(1), 16) >= a: continue
-        body = [t for b, t in ins if int(m.group(1), 16) <= b <= a]
-        n = {k: len(body) if v is None else sum(bool(re.search(v, t)) for t in body) for k, v in _OPS.items()}
-        utma = sum(t.startswith("UTMALDG") for t in body)
-        kind = ("far" if n["QGMMA"] == 12 and not n["LDG"] else "near" if n["QGMMA"] == 12 else
-                "producer" if utma and n["STS"] and not n["QGMMA"] else None)
-        if kind and (kind not in found or n["instrs"] < found[kind]["instrs"]):
-            found[kind] = {k: v for k, v in n.items() if v}
-    return found
-
 def compile_stats(names, pages=(64,)) -> list:
     "Each variant (and the shipped kernel) compiled for sm_90a in a clean process (tools/sm90_compile.py), plus its hot loops."
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -138,13 +161,8 @@ def compile_stats(names, pages=(64,)) -> list:
     with tempfile.TemporaryDirectory() as tmp:
         paths = {None: None} | {n: str(write_variant(n, Path(tmp))) for n in names}
         cases = [dict(path=p, page=pg, window=None) for p in paths.values() for pg in pages]
-        code = ("import json, sys; sys.path.insert(0, %r); import sm90_compile as C, sm90_lab as L\n"
-                "for c in json.loads(sys.argv[1]):\n"
-                "    r = C.build(**c, sass_out=True)\n"
-                "    r['loops'] = L.hot_loops(r.pop('sass'))\n"
-                "    print(json.dumps(r), flush=True)\n") % str(ROOT / "tools")
-        env["PYTHONPATH"] += os.pathsep + str(ROOT / "bench")
-        r = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], env=env, capture_output=True, text=True)
+        r = subprocess.run([sys.executable, str(ROOT / "tools" / "sm90_compile.py"), json.dumps(cases)], env=env,
+                           capture_output=True, text=True)
     if r.returncode: raise RuntimeError(r.stderr[-3000:])
     out = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     for row, name in zip(out, [n for n in paths for _ in pages]):
@@ -216,44 +234,73 @@ def time_variants(mods: dict) -> list:
 
 # ---- split-KV decode: launch configurations around the shipped pick, at the issue's three decode shapes -------------
 DECODE = [("decode B=32, KV 64K", 32, 65536), ("decode B=8, KV 128K", 8, 131072), ("decode B=1, KV 64K", 1, 65536)]
+DECODE_SMOKE = [("decode B=2, KV 160", 2, 160)]
 
-def decode_candidates() -> list:
-    "block_n, warps, stages, split waves and V's column order: 96 launch configurations (24 distinct compilations)."
-    return [dict(block_n=n, num_warps=w, num_stages=s, split_waves=sw, perm_v=p, lazy_skip=True)
-            for n, w, s, sw, p in itertools.product((32, 64), (1, 2, 4), (3, 5), (4, 8, 16, 32), (False, True))]
+def decode_candidates(smoke: bool = False) -> list:
+    "Stage 1 of the sweep: key tile, warps, pipeline stages and V's column order (72 compilations; 2 in a smoke run)."
+    if smoke: return [dict(block_n=32, num_warps=1, num_stages=1, perm_v=p) for p in (False, True)]
+    return [dict(block_n=n, num_warps=w, num_stages=s, perm_v=p)
+            for n, w, s, p in itertools.product((16, 32, 64), (1, 2, 4), (2, 3, 4, 5), (False, True))]
 
-def decode_sweep(t0: float, budget_s: float = 240) -> list:
-    "Each decode shape: the copy of its K/V bytes, the shipped pick, then every candidate (CUDA-graph replays)."
+def decode_sweep(device="cuda", *, smoke: bool = False, budget_s: float = 420, top: int = 4,
+                 waves=(2, 4, 8, 16, 32, 64)) -> list:
+    """Each decode shape: a copy of its K/V bytes, the shipped pick, then stage 1 (`decode_candidates` at the shipped
+    split waves) and stage 2 (the `top` fastest of stage 1 at each of `waves`), as CUDA-graph replays."""
     import torch
-    from inkling_fp8kv.bench.harness import time_us
+    from inkling_fp8kv.bench.harness import time_us, timing_for
     from inkling_fp8kv.bench.attention_suites import paged_attention_inputs, ours, kv_bytes, copy_row
+    from inkling_fp8kv.attention_launch import decode_config
     from inkling_fp8kv.numerics import E4M3_DTYPE
-    rows = []
-    for case, B, kv in DECODE:
-        inp = paged_attention_inputs(B, kv, 16, 1, E4M3_DTYPE, seed=kv + B)
-        copy = copy_row(case, B, kv, 2, "cuda")
+    rows, t0, mode = [], time.time(), timing_for(device, "replay")
+    for case, B, kv in DECODE_SMOKE if smoke else DECODE:
+        inp = paged_attention_inputs(B, kv, 4 if smoke else 16, 1, E4M3_DTYPE, E=32 if smoke else 1024, seed=kv + B,
+                                     device=device)
+        copy = copy_row(case, B, kv, 2, device, mode)
         rows.append(copy)
-        for cfg in [None] + decode_candidates():
+        name, shipped = decode_config(B, fp8=True, device=device)
+        def run(cfg, stage):
             if time.time() - t0 > budget_s:
-                rows.append(dict(case=case, skipped=f"the sweep's {budget_s:.0f} s budget ran out")); break
-            try: us = time_us(ours(inp, config=cfg), "replay")
-            except Exception as e: rows.append(dict(case=case, config=cfg, error=f"{type(e).__name__}: {e}"[:300])); continue
+                return rows.append(dict(case=case, config=cfg, skipped=f"the sweep's {budget_s:.0f} s budget ran out"))
+            try: us = time_us(ours(inp, config=cfg), mode)
+            except Exception as e:
+                return rows.append(dict(case=case, config=cfg, stage=stage, error=f"{type(e).__name__}: {e}"[:300]))
             tbps = kv_bytes(B, kv, E4M3_DTYPE) / (us * 1e-6) / 1e12
-            rows.append(dict(case=case, B=B, kv=kv, config=cfg or "shipped", us=us, tbps=tbps,
-                             of_copy=tbps / copy["tbps"]))
+            rows.append(dict(case=case, B=B, kv=kv, stage=stage, config={**shipped, **(cfg or {})}, us=us, tbps=tbps,
+                             of_copy=tbps / copy["tbps"], timing=mode))
+        run(None, f"shipped ({name})")
+        for cfg in decode_candidates(smoke): run(cfg, "1")
+        best = sorted((r for r in rows if r.get("case") == case and r.get("stage") == "1" and "us" in r),
+                      key=lambda r: r["us"])[:top]
+        for r in best:
+            for w in (waves[:1] if smoke else waves):
+                if w != r["config"]["split_waves"]: run(dict(r["config"], split_waves=w), "2")
         del inp
-        torch.cuda.empty_cache()
+        if device != "cpu": torch.cuda.empty_cache()
     return rows
+
+def preflight(name: str, timeout_s: float = 150) -> dict:
+    """Build `name` and run it once on a small case in a child process: a variant whose barriers deadlock hangs that
+    process, which is killed after `timeout_s`, and the variant is left out of the run instead of hanging it."""
+    t0 = time.time()
+    try:
+        r = subprocess.run([sys.executable, __file__, "--preflight", name], capture_output=True, text=True,
+                           timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return dict(ok=False, why=f"no result in {timeout_s:.0f} s (a hang: killed)")
+    if r.returncode: return dict(ok=False, why=r.stderr.strip()[-600:])
+    return dict(ok=True, seconds=time.time() - t0, first_check=json.loads(r.stdout.strip().splitlines()[-1]))
 
 def _table(res: dict) -> str:
     lines = []
     for r in res.get("timed", []):
         if "us" in r: lines.append(f"{r['case']:30s} {r['variant']:34s} {r['us']:9.1f} us {r['tflops']:6.0f} TFLOP/s")
+    for n, p in res.get("preflight", {}).items():
+        if not p["ok"]: lines.append(f"preflight {n:30s} FAILED: {p['why'][-200:]}")
     for c in res.get("checks", []):
         bad = [x for x in c["rows"] if not x["finite"] or (c["exact"] and not x["identical"])
                or x["rel_fro_vs_portable"] > max(1.5 * x["shipped_rel_fro_vs_portable"], x["shipped_rel_fro_vs_portable"] + 2e-3)]
         lines.append(f"check {c['variant']:34s} {'FAILED ' + str(len(bad)) if bad else 'ok'}")
-    for case, *_ in DECODE:
+    for case, *_ in DECODE + DECODE_SMOKE:
         rs = [r for r in res.get("decode", []) if r.get("case") == case and "of_copy" in r]
         if rs:
             ship, best = rs[0], max(rs, key=lambda r: r["of_copy"])
@@ -269,31 +316,50 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode sweep")
     ap.add_argument("--no-prefill", action="store_true", help="skip the prefill variants")
+    ap.add_argument("--preflight", metavar="VARIANT", help=argparse.SUPPRESS)   # one variant, one small case (a child)
+    ap.add_argument("--smoke", action="store_true", help="on a CPU with TRITON_INTERPRET=1: the decode sweep's plumbing "
+                                                          "on a tiny shape (the Gluon variants cannot run there)")
     a = ap.parse_args(argv)
     bad = [v for v in a.variants if v not in VARIANTS]
     if bad: ap.error(f"unknown variants {bad}; known: {', '.join(VARIANTS)}")
     names = a.variants or list(VARIANTS)
     if a.compile:
         for r in compile_stats(names):
-            print(f"{r['variant']:34s} {r['shared'] / 1024:5.1f} KB shared, Q.K^T A from registers {r['qk_regs_a']:2d}/"
+            print(f"{r['variant']:34s} {r['shared'] / 1024:5.1f} KB shared, registers "
+                  + "/".join(map(str, r["partition_regs"])) + f", Q.K^T A from registers {r['qk_regs_a']:2d}/"
                   f"{r['qk_mma']}, per-tile loops: " + "; ".join(
                       f"{k} {v['instrs']} instrs" + "".join(f", {o} {v[o]}" for o in ("LDL", "STL") if o in v)
                       for k, v in sorted(r["loops"].items())))
         return 0
     import torch
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        sys.exit("the lab run needs an SM90 GPU (use --compile on any machine)")
+    if a.smoke:
+        if os.environ.get("TRITON_INTERPRET") != "1": sys.exit("--smoke runs the interpreter: set TRITON_INTERPRET=1")
+        a.no_prefill = True
+    elif not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        sys.exit("the lab run needs an SM90 GPU (--compile runs on any machine, --smoke on a CPU)")
+    device = "cpu" if a.smoke else "cuda"
     from inkling_fp8kv.bench.harness import run_header, write_json_atomic
     import inkling_fp8kv.attention_sm90 as shipped
+    if a.preflight:     # built and run once on the smallest check, in a process of its own (see `preflight`)
+        with tempfile.TemporaryDirectory() as tmp:
+            mod = load_variant(write_variant(a.preflight, Path(tmp)))
+            global CHECKS
+            CHECKS = CHECKS[:1]
+            print(json.dumps(check_variant(mod, shipped)[0]))
+        return 0
     t0 = time.time()
     out = Path(a.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="sm90-lab-"))
-    res = dict(run_header("python bench/sm90_lab.py " + " ".join(argv if argv is not None else sys.argv[1:])),
+    res = dict(run_header("python bench/sm90_lab.py " + " ".join(argv if argv is not None else sys.argv[1:]), device),
                what=__doc__.split("\n\n")[0], variants={n: VARIANTS[n][1] for n in names})
     def save(): write_json_atomic(out / "sm90_lab.json", res | dict(wall_s=time.time() - t0))
     if not a.no_prefill:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(6) as pool:      # children compile on the host's cores side by side
+            res["preflight"] = dict(zip(names, pool.map(preflight, names)))
+        save()
         with tempfile.TemporaryDirectory() as tmp:
             mods, res["checks"] = {"shipped": shipped}, []
-            for n in names:
+            for n in [n for n in names if res["preflight"][n]["ok"]]:
                 try:
                     mods[n] = load_variant(write_variant(n, Path(tmp)))
                     if VARIANTS[n][2] is not None:
@@ -306,7 +372,7 @@ def main(argv=None) -> int:
             res["timed"] = time_variants(mods)
             save()
     if not a.no_decode:
-        res["decode"] = decode_sweep(time.time(), 240)
+        res["decode"] = decode_sweep(device, smoke=a.smoke)
     save()
     print(_table(res))
     print(f"-> {out / 'sm90_lab.json'} ({time.time() - t0:.0f} s)")

@@ -76,7 +76,39 @@ def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8, sass_out=False):
                 qk_mma=len(qk), qk_regs_a=sum(l.count("{") >= 2 for l in qk),
                 spill_stores=len(re.findall(r"\bSTL\b", sass)), spill_loads=len(re.findall(r"\bLDL\b", sass)),
                 regs=int(use["REG"]), stack=int(use["STACK"]), local=int(use.get("LOCAL", 0)),
-                cubin_sha256=hashlib.sha256(k.asm["cubin"]).hexdigest(), **(dict(sass=sass) if sass_out else {}))
+                partition_regs=sorted({int(x, 16) for x in re.findall(r"SETMAXREG\.\w+\.CTAPOOL (?:UP0, )?0x([0-9a-f]+)", sass)}),
+                loops=hot_loops(sass), cubin_sha256=hashlib.sha256(k.asm["cubin"]).hexdigest(),
+                **(dict(sass=sass) if sass_out else {}))
+
+_OPS = dict(instrs=None, LDL=r"^LDL", STL=r"^STL", MUFU=r"^MUFU", QGMMA=r"^QGMMA", SHFL=r"^SHFL", LDS=r"^LDS\b",
+            STS=r"^STS\b", PRMT=r"^PRMT", LDG=r"^LDG")
+
+def hot_loops(sass: str) -> dict:
+    """Opcode counts of the kernel's hot loops, from its SASS: the consumers' far-tile loop (12 QGMMA: Q.K^T's 4
+    k-steps and P.V's 8, no bias load), their near-tile loop (12 QGMMA and the bias loads; "near_largest": the largest such loop
+    where there are several) and the producer's loop (TMA and the transpose's shared-memory stores); each the smallest
+    loop (a backward branch's span) that matches."""
+    ins = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", line)
+        if m: ins.append((int(m.group(1), 16), m.group(2).strip()))
+    found = {}
+    for a, text in ins:
+        m = re.search(r"BRA (?:`\(\.L_x_\d+\) )?0x([0-9a-f]+)", text)
+        if not m or int(m.group(1), 16) >= a: continue
+        body = [t for b, t in ins if int(m.group(1), 16) <= b <= a]
+        if any(t.startswith("EXIT") for t in body): continue     # a slow path past the end jumping back: not a loop
+        n = {k: len(body) if v is None else sum(bool(re.search(v, t)) for t in body) for k, v in _OPS.items()}
+        utma = sum(t.startswith("UTMALDG") for t in body)
+        kind = ("far" if n["QGMMA"] == 12 and not n["LDG"] else "near" if n["QGMMA"] == 12 else
+                "producer" if utma and n["STS"] and not n["QGMMA"] else None)
+        if kind and (kind not in found or n["instrs"] < found[kind]["instrs"]):
+            found[kind] = {k: v for k, v in n.items() if v}
+        if kind == "near" and ("near_largest" not in found or n["instrs"] > found["near_largest"]["instrs"]):
+            found["near_largest"] = {k: v for k, v in n.items() if v}
+    if "near_largest" in found and found["near_largest"]["instrs"] < 1.1 * found["near"]["instrs"]:
+        found.pop("near_largest")             # one kind of bias loop (a copy per consumer warpgroup): "near" is it
+    return found
 
 def record(path: Path):
     "Add this Triton's cubin hashes of the shipped builds to the record at `path` (written atomically)."

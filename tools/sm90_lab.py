@@ -4,10 +4,10 @@
 A prefill variant is the shipped module's source with named edits (`VARIANTS`), imported as a module of the package
 the way notebook 07c builds its one-level control: the shipped kernel itself is never changed by this script.
 
-  python bench/sm90_lab.py --compile [VARIANT...]     any machine, no GPU: each variant compiled for sm_90a by Triton
+  python tools/sm90_lab.py --compile [VARIANT...]     any machine, no GPU: each variant compiled for sm_90a by Triton
                                                       and its ptxas (tools/sm90_compile.py): registers, spills, shared
                                                       memory, wgmma shapes; a variant that no longer applies fails here
-  PYTHONPATH=$PWD python bench/sm90_lab.py [--out DIR] [--no-decode] [VARIANT...]
+  PYTHONPATH=$PWD python tools/sm90_lab.py [--out DIR] [--no-decode] [VARIANT...]
                                                       on the H200: each variant checked against the shipped fast path
                                                       and the portable kernel on mixed batches (global and window
                                                       layers, pages 16/64/128, Hq 16/8), then timed beside the shipped
@@ -349,7 +349,7 @@ def main(argv=None) -> int:
         return 0
     t0 = time.time()
     out = Path(a.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="sm90-lab-"))
-    res = dict(run_header("python bench/sm90_lab.py " + " ".join(argv if argv is not None else sys.argv[1:]), device),
+    res = dict(run_header("python tools/sm90_lab.py " + " ".join(argv if argv is not None else sys.argv[1:]), device),
                what=__doc__.split("\n\n")[0], variants={n: VARIANTS[n][1] for n in names})
     def save(): write_json_atomic(out / "sm90_lab.json", res | dict(wall_s=time.time() - t0))
     if not a.no_prefill:

@@ -120,6 +120,116 @@ def interior_bias(src: str) -> str:
 """
     return edit(src, old, new)
 
+# ---- V^T by a pre-pass: a portable Triton kernel writes each request's V transposed, [Hkv, 128, keys], into a scratch
+# buffer once per call; the kernel loads V^T tiles by TMA into the V ring stage (no in-kernel transpose, no V^T buffers)
+# and the consumers release a stage after P.V. Bound by the "no transpose" ablation plus the pre-pass's copy. ----------
+PREPASS = """
+
+@triton.jit
+def _vt_prepass_kernel(V, VT, BT, SEQ, CU, W, stride_vb, stride_vs, stride_vh, stride_btb, Lpad,
+                       HKV: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, BLOCK: tl.constexpr):
+    # keys t*BLOCK ... of request b, KV head h: V [keys, 128] from the pages -> VT rows (b*HKV + h)*128 + d; keys past
+    # the sequence are written as zeros (the last tile's tail reaches P.V); tiles before the window's first are skipped
+    t, b, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    kv_len = tl.load(SEQ + b)
+    k0 = t * BLOCK
+    first = 0
+    if HAS_WINDOW:
+        first = tl.maximum(kv_len - (tl.load(CU + b + 1) - tl.load(CU + b)) - W + 1, 0) // BLOCK * BLOCK
+    if (k0 < kv_len) & (k0 + BLOCK > first):
+        keys = k0 + tl.arange(0, BLOCK)
+        d = tl.arange(0, 128)
+        ok = keys < kv_len
+        blk = tl.load(BT + b.to(tl.int64) * stride_btb + keys // PAGE, mask=ok, other=0).to(tl.int64)
+        v = tl.load(V + blk[:, None] * stride_vb + (keys % PAGE)[:, None] * stride_vs + h * stride_vh + d[None, :],
+                    mask=ok[:, None], other=0.0)
+        row = (b * HKV + h).to(tl.int64) * 128
+        tl.store(VT + (row + d[None, :]) * Lpad + keys[:, None], v)
+
+def _vt_prepass(v_cache, vt, block_table, seq_lens, cu_seqlens_q, window):
+    nblk, page, Hkv, D = v_cache.shape
+    sb, sp, sh, _ = v_cache.stride()
+    _vt_prepass_kernel[(vt.shape[1] // 128, seq_lens.shape[0], Hkv)](
+        v_cache, vt, block_table, seq_lens, cu_seqlens_q, window or 0, sb, sp, sh, block_table.stride(0), vt.shape[1],
+        HKV=Hkv, PAGE=page, HAS_WINDOW=window is not None, BLOCK=128, num_warps=4)
+    return vt
+"""
+
+def vt_prepass(src: str) -> str:
+    src = edit(src, "    col_head: _scalar\n    k_smem", "    col_head: _scalar\n    vt_row: _scalar\n    k_smem")
+    src = edit(src, "col_head, k_smem, v_smem, vt_smem):\n", "col_head, k_smem, v_smem, vt_smem, vt_row):\n")
+    src = edit(src, "        self.k_smem, self.v_smem, self.vt_smem = k_smem, v_smem, vt_smem\n",
+               "        self.k_smem, self.v_smem, self.vt_smem = k_smem, v_smem, vt_smem\n        self.vt_row = _field(vt_row)\n")
+    src = edit(src, """            v_dst = tiles.v_smem.index(s).slice(sub * cfg.BOX, cfg.BOX)
+            tma.async_copy_global_to_shared(tiles.k_desc, [row, tiles.col_head], bar, k_dst)
+            tma.async_copy_global_to_shared(tiles.v_desc, [row, tiles.col_head], bar, v_dst)
+""", """            tma.async_copy_global_to_shared(tiles.k_desc, [row, tiles.col_head], bar, k_dst)
+        tma.async_copy_global_to_shared(tiles.v_desc, [tiles.vt_row, j0], bar, tiles.v_smem.index(s))   # V^T tile
+""")
+    src = edit(src, """        kv.wait_ready(j)
+        vt.wait_free(j)           # both consumers are done with tile j - 2's V^T
+        _transpose_v(tiles.v_smem.index(j % cfg.STAGES), tiles.vt_smem.index(j % 2), keys.lo + j * cfg.BLOCK_N,
+                     keys.kv_len, cfg.BLOCK_N)
+        fence_async_shared()      # V^T visible to the tensor cores; the stage's V reads end before its next TMA
+        _cta_barrier()            # (the producer's four warps)
+        vt.mark_ready(j)
+""", "")
+    src = edit(src, "    qk = warpgroup_mma_wait(0, deps=(qk,))\n    kv.release(j)\n", "    qk = warpgroup_mma_wait(0, deps=(qk,))\n")
+    src = edit(src, "    vt.wait_ready(j)\n    vt_j = tiles.vt_smem.index(j % 2)\n", "    vt_j = tiles.v_smem.index(j % cfg.STAGES)\n")
+    src = edit(src, "    vt.release(j)\n    acc0 = acc0 * a_o + pv0", "    kv.release(j)               # K and V^T both read\n    acc0 = acc0 * a_o + pv0")
+    src = edit(src, "    vt_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, HEAD_DIM, BLOCK_N], smem_layout)\n",
+               "    vt_smem = k_smem            # no V^T buffers: V^T arrives by TMA in the V ring\n")
+    src = edit(src, "                    k_smem, v_smem, vt_smem)\n",
+               "                    k_smem, v_smem, vt_smem, (b * gl.num_programs(2) + hkv) * HEAD_DIM)\n")
+    src = edit(src, """    k_desc, v_desc = (TensorDescriptor(c, list(c.shape), list(c.stride()), [box, D], smem) for c in (k2, v2))
+""", """    k_desc = TensorDescriptor(k2, list(k2.shape), list(k2.stride()), [box, D], smem)
+    # V^T scratch: rows (request, KV head, d), keys along a row padded to whole 128-key tiles; filled by _vt_prepass
+    vt = torch.empty(seq_lens.shape[0] * Hkv * D, triton.cdiv(block_table.shape[1] * page, _BLOCK_N) * _BLOCK_N,
+                     dtype=v_cache.dtype, device=q.device)
+    v_desc = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), [D, _BLOCK_N], smem)
+""")
+    src = edit(src, """    grid, args, meta = _launch_args(q, k_cache, v_cache, rel_logits, out=out, **kw)
+""", """    grid, args, meta = _launch_args(q, k_cache, v_cache, rel_logits, out=out, **kw)
+    _vt_prepass(v_cache, args[2].base, kw["block_table"], kw["seq_lens"], kw["cu_seqlens_q"], kw["window"])
+""")
+    return edit(src, "import triton\n", "import triton\nimport triton.language as tl\n") + PREPASS
+
+def stages4(src: str) -> str:
+    return edit(src, "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4,", "_CONSUMER_REGS, _MAXNREG = 128, 128, 4, 4,")
+
+def regs240(src: str) -> str:
+    return edit(src, "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 232, 168", "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 240, 168")
+
+def check_prepass(device) -> list:
+    """The pre-pass's V^T against torch (a gather through the block table, transposed), byte for byte, on a varlen batch
+    of pages 16 and 64, global and windowed: every key a tile of the kernel reads, zeros past each sequence's end."""
+    import torch
+    from inkling_fp8kv.bench.attention_suites import paged_attention_inputs
+    from inkling_fp8kv.numerics import E4M3_DTYPE
+    with tempfile.TemporaryDirectory() as tmp:
+        mod = load_variant(write_variant("vt_prepass", Path(tmp)))
+        rows = []
+        for page, window in ((16, None), (64, None), (16, 100)):
+            inp = paged_attention_inputs(3, 700, 4, 300, E4M3_DTYPE, E=32, page=page, seed=page, device=device)
+            seq = torch.tensor([700, 333, 129], dtype=torch.int32, device=device)
+            cu = torch.tensor([0, 300, 420, 421], dtype=torch.int32, device=device)
+            bt, v = inp["block_table"], inp["v_cache"]
+            Lpad = -(-bt.shape[1] * page // 128) * 128
+            vt = torch.full((3 * 2 * 128, Lpad), 0x55, dtype=torch.uint8, device=device).view(E4M3_DTYPE)
+            mod._vt_prepass(v, vt, bt, seq, cu, window)
+            got, bad = vt.view(torch.uint8), 0
+            for b in range(3):
+                n, q = int(seq[b]), int(cu[b + 1] - cu[b])
+                first = max(n - q - window + 1, 0) // 128 * 128 if window else 0
+                j = torch.arange(n, device=device)
+                keys = v.view(torch.uint8)[bt[b, j // page].long(), j % page]          # [n, Hkv, 128]
+                for h in range(2):
+                    rows_ = got[(b * 2 + h) * 128:(b * 2 + h + 1) * 128]
+                    bad += int((rows_[:, first:n] != keys[first:, h].T).sum())
+                    bad += int((rows_[:, n:-(-n // 128) * 128] != 0).sum())
+            rows.append(dict(page=page, window=window, mismatched_bytes=bad))
+    return rows
+
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical)
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
@@ -132,6 +242,13 @@ VARIANTS = {
     "pingpong+regs224": ([pingpong, regs224], "both", True),
     "interior": ([interior_bias], "near tiles wholly inside every row's bias band add the bias unmasked", True),
     "pingpong+interior": ([interior_bias, pingpong], "both", True),
+    "vt_prepass": ([vt_prepass], "V^T written once per call by a Triton pre-pass, loaded by TMA: no in-kernel "
+                                 "transpose", True),
+    "pingpong+vt_prepass": ([vt_prepass, pingpong], "both", True),
+    "pingpong+interior+vt_prepass": ([vt_prepass, interior_bias, pingpong], "all three", True),
+    "pingpong+interior+vt_prepass+stages4": ([vt_prepass, interior_bias, pingpong, stages4], "four K/V^T stages", True),
+    "pingpong+interior+vt_prepass+regs240": ([vt_prepass, interior_bias, pingpong, regs240], "consumers at 240 "
+                                             "registers (the producer only issues TMA)", True),
     "ablation: no transpose": ([no_transpose], "the producer does not transpose V: wrong outputs, times the rest", None),
     "ablation: pingpong, no transpose": ([pingpong, no_transpose], "as above, with the ping-pong", None),
 }
@@ -154,18 +271,18 @@ def load_variant(path: Path):
     spec.loader.exec_module(mod)
     return mod
 
-def compile_stats(names, pages=(64,)) -> list:
-    "Each variant (and the shipped kernel) compiled for sm_90a in a clean process (tools/sm90_compile.py), plus its hot loops."
+def compile_stats(names, builds=((64, None), (64, 512))) -> list:
+    "Each variant (and the shipped kernel) compiled for sm_90a in a clean process (tools/sm90_compile.py): (page, window) builds."
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory() as tmp:
         paths = {None: None} | {n: str(write_variant(n, Path(tmp))) for n in names}
-        cases = [dict(path=p, page=pg, window=None) for p in paths.values() for pg in pages]
+        cases = [dict(path=p, page=pg, window=w) for p in paths.values() for pg, w in builds]
         r = subprocess.run([sys.executable, str(ROOT / "tools" / "sm90_compile.py"), json.dumps(cases)], env=env,
                            capture_output=True, text=True)
     if r.returncode: raise RuntimeError(r.stderr[-3000:])
     out = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    for row, name in zip(out, [n for n in paths for _ in pages]):
+    for row, name in zip(out, [n for n in paths for _ in builds]):
         row["variant"] = name or "shipped"
     return out
 
@@ -294,6 +411,8 @@ def _table(res: dict) -> str:
     lines = []
     for r in res.get("timed", []):
         if "us" in r: lines.append(f"{r['case']:30s} {r['variant']:34s} {r['us']:9.1f} us {r['tflops']:6.0f} TFLOP/s")
+    for c in res.get("prepass_check", []):
+        lines.append(f"V^T pre-pass, page {c['page']}, window {c['window']}: {c['mismatched_bytes']} bytes differ from torch")
     for n, p in res.get("preflight", {}).items():
         if not p["ok"]: lines.append(f"preflight {n:30s} FAILED: {p['why'][-200:]}")
     for c in res.get("checks", []):
@@ -325,7 +444,7 @@ def main(argv=None) -> int:
     names = a.variants or list(VARIANTS)
     if a.compile:
         for r in compile_stats(names):
-            print(f"{r['variant']:34s} {r['shared'] / 1024:5.1f} KB shared, registers "
+            print(f"{r['variant']:34s} {r['case']:20s} {r['shared'] / 1024:5.1f} KB shared, registers "
                   + "/".join(map(str, r["partition_regs"])) + f", Q.K^T A from registers {r['qk_regs_a']:2d}/"
                   f"{r['qk_mma']}, per-tile loops: " + "; ".join(
                       f"{k} {v['instrs']} instrs" + "".join(f", {o} {v[o]}" for o in ("LDL", "STL") if o in v)
@@ -371,6 +490,8 @@ def main(argv=None) -> int:
             save()
             res["timed"] = time_variants(mods)
             save()
+    res["prepass_check"] = check_prepass(device)
+    save()
     if not a.no_decode:
         res["decode"] = decode_sweep(device, smoke=a.smoke)
     save()

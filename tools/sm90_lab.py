@@ -331,13 +331,15 @@ def check_variant(mod, shipped) -> list:
                          rel_fro_vs_portable=fro(outs[0]), shipped_rel_fro_vs_portable=fro(outs[1])))
     return rows
 
-def time_variants(mods: dict) -> list:
-    "Every module in `mods` (shipped first and again last, to see drift) on each `TIMED` case, in µs."
+def time_variants(mods: dict, deadline: float = math.inf) -> list:
+    "Every module in `mods` (shipped first and again last, to see drift) on each `TIMED` case, in µs, until `deadline`."
     import torch
     from inkling_fp8kv.bench.harness import time_us
     from inkling_fp8kv.bench.attention_suites import causal_flops
     rows, order = [], list(mods) + ["shipped"]
     for case, B, Sq, kv, window, mode in TIMED:
+        if time.time() > deadline:
+            rows.append(dict(case=case, skipped="the run's time budget ran out")); continue
         inp = _inputs(B, Sq, kv, 16, 64, window, seed=kv + Sq + B)
         out = torch.empty(inp["q"].shape, dtype=torch.bfloat16, device="cuda")
         for i, name in enumerate(order):
@@ -395,7 +397,7 @@ def decode_sweep(device="cuda", *, smoke: bool = False, budget_s: float = 420, t
         if device != "cpu": torch.cuda.empty_cache()
     return rows
 
-def preflight(name: str, timeout_s: float = 150) -> dict:
+def preflight(name: str, timeout_s: float = 90) -> dict:
     """Build `name` and run it once on a small case in a child process: a variant whose barriers deadlock hangs that
     process, which is killed after `timeout_s`, and the variant is left out of the run instead of hanging it."""
     t0 = time.time()
@@ -435,6 +437,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode sweep")
     ap.add_argument("--no-prefill", action="store_true", help="skip the prefill variants")
+    ap.add_argument("--budget", type=float, default=540, help="seconds for the whole run (default 540: one 10-minute "
+                                                                "device call with room to start); what is left out says so")
     ap.add_argument("--preflight", metavar="VARIANT", help=argparse.SUPPRESS)   # one variant, one small case (a child)
     ap.add_argument("--smoke", action="store_true", help="on a CPU with TRITON_INTERPRET=1: the decode sweep's plumbing "
                                                           "on a tiny shape (the Gluon variants cannot run there)")
@@ -488,12 +492,12 @@ def main(argv=None) -> int:
                     mods.pop(n, None)
                 print(f"[{time.time() - t0:5.0f}s] {n} built and checked", file=sys.stderr, flush=True)
             save()
-            res["timed"] = time_variants(mods)
+            res["timed"] = time_variants(mods, t0 + a.budget - 240 * (not a.no_decode))
             save()
     res["prepass_check"] = check_prepass(device)
     save()
     if not a.no_decode:
-        res["decode"] = decode_sweep(device, smoke=a.smoke)
+        res["decode"] = decode_sweep(device, smoke=a.smoke, budget_s=max(30.0, t0 + a.budget - time.time()))
     save()
     print(_table(res))
     print(f"-> {out / 'sm90_lab.json'} ({time.time() - t0:.0f} s)")

@@ -434,6 +434,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("variants", nargs="*", help=f"variants to run (default: all): {', '.join(VARIANTS)}")
     ap.add_argument("--compile", action="store_true", help="compile for sm_90a and report (no GPU needed)")
+    ap.add_argument("--json", action="store_true", help="with --compile: one JSON line per build instead of text")
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode sweep")
     ap.add_argument("--no-prefill", action="store_true", help="skip the prefill variants")
@@ -448,6 +449,9 @@ def main(argv=None) -> int:
     names = a.variants or list(VARIANTS)
     if a.compile:
         for r in compile_stats(names):
+            if a.json:
+                print(json.dumps({k: v for k, v in r.items() if k not in ("sass", "path")}))
+                continue
             print(f"{r['variant']:34s} {r['case']:20s} {r['shared'] / 1024:5.1f} KB shared, registers "
                   + "/".join(map(str, r["partition_regs"])) + f", Q.K^T A from registers {r['qk_regs_a']:2d}/"
                   f"{r['qk_mma']}, per-tile loops: " + "; ".join(

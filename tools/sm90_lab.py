@@ -166,14 +166,10 @@ def vt_prepass(src: str) -> str:
 """, """            tma.async_copy_global_to_shared(tiles.k_desc, [row, tiles.col_head], bar, k_dst)
         tma.async_copy_global_to_shared(tiles.v_desc, [tiles.vt_row, j0], bar, tiles.v_smem.index(s))   # V^T tile
 """)
-    src = edit(src, """        kv.wait_ready(j)
-        vt.wait_free(j)           # both consumers are done with tile j - 2's V^T
-        _transpose_v(tiles.v_smem.index(j % cfg.STAGES), tiles.vt_smem.index(j % 2), keys.lo + j * cfg.BLOCK_N,
-                     keys.kv_len, cfg.BLOCK_N)
-        fence_async_shared()      # V^T visible to the tensor cores; the stage's V reads end before its next TMA
-        _cta_barrier()            # (the producer's four warps)
-        vt.mark_ready(j)
-""", "")
+    # the producer's loop keeps only its TMA issue: from its wait for tile j through V^T's ready mark, all goes
+    src, n = re.subn(r"\n        kv\.wait_ready\(j\)\n        vt\.wait_free\(j\).*?\n        vt\.mark_ready\(j\)\n", "\n", src,
+                     flags=re.S)
+    if n != 1: raise ValueError(f"the producer's transpose block: {n} matches, expected 1")
     src = edit(src, "    qk = warpgroup_mma_wait(0, deps=(qk,))\n    kv.release(j)\n", "    qk = warpgroup_mma_wait(0, deps=(qk,))\n")
     src = edit(src, "    vt.wait_ready(j)\n    vt_j = tiles.vt_smem.index(j % 2)\n", "    vt_j = tiles.v_smem.index(j % cfg.STAGES)\n")
     src = edit(src, "    vt.release(j)\n    acc0 = acc0 * a_o + pv0", "    kv.release(j)               # K and V^T both read\n    acc0 = acc0 * a_o + pv0")

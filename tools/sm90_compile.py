@@ -1,5 +1,6 @@
 """Compile the SM90 Gluon prefill kernel for sm_90a on any machine (no GPU needed: Triton's compiler and its bundled
-ptxas), and print one JSON line per build: its wgmma shapes and types, TMA copies, shared memory, registers, and the
+ptxas), and print one JSON line per build: its wgmma shapes and types, TMA copies, shared memory, registers (and those
+`setmaxnreg` gives each warp-specialized partition), spills, its hot loops' per-tile instruction counts, and the
 sha256 of the cubin. Notebook 07c's CPU test runs it; run it without TRITON_INTERPRET.
 
   python tools/sm90_compile.py '[{"page": 64, "window": null}, ...]'     # builds (optional "path": a variant module)
@@ -76,7 +77,8 @@ def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8, sass_out=False):
                 qk_mma=len(qk), qk_regs_a=sum(l.count("{") >= 2 for l in qk),
                 spill_stores=len(re.findall(r"\bSTL\b", sass)), spill_loads=len(re.findall(r"\bLDL\b", sass)),
                 regs=int(use["REG"]), stack=int(use["STACK"]), local=int(use.get("LOCAL", 0)),
-                partition_regs=sorted({int(x, 16) for x in re.findall(r"SETMAXREG\.\w+\.CTAPOOL (?:UP0, )?0x([0-9a-f]+)", sass)}),
+                partition_regs=sorted({int(x, 16) for x in
+                                       re.findall(r"SETMAXREG\.\w+\.CTAPOOL (?:UP0, )?0x([0-9a-f]+)", sass)}),
                 loops=hot_loops(sass), cubin_sha256=hashlib.sha256(k.asm["cubin"]).hexdigest(),
                 **(dict(sass=sass) if sass_out else {}))
 
@@ -85,9 +87,9 @@ _OPS = dict(instrs=None, LDL=r"^LDL", STL=r"^STL", MUFU=r"^MUFU", QGMMA=r"^QGMMA
 
 def hot_loops(sass: str) -> dict:
     """Opcode counts of the kernel's hot loops, from its SASS: the consumers' far-tile loop (12 QGMMA: Q.K^T's 4
-    k-steps and P.V's 8, no bias load), their near-tile loop (12 QGMMA and the bias loads; "near_largest": the largest such loop
-    where there are several) and the producer's loop (TMA and the transpose's shared-memory stores); each the smallest
-    loop (a backward branch's span) that matches."""
+    k-steps and P.V's 8, no bias load), their near-tile loop (12 QGMMA and the bias loads; "near_largest": the largest
+    such loop where there are several) and the producer's loop (TMA and the transpose's shared-memory stores); each the
+    smallest loop (a backward branch's span) that matches."""
     ins = []
     for line in sass.splitlines():
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", line)

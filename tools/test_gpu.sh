@@ -6,6 +6,7 @@
 #   tools/test_gpu.sh --gpu-only      only the notebooks the GPU changes (the rule below), then 07b with TRITON_DEBUG=1
 #   tools/test_gpu.sh NOTEBOOK...     only these: 07_attention, 07_attention.ipynb, nbs/07_attention.ipynb or a prefix
 #                                     such as 07b (matching nbs/07b_*.ipynb)
+#   -j N, --jobs N                    N notebooks at a time (default TEST_GPU_JOBS, else 4 with 16+ cores, 1 below)
 #   --list                            print the runs it would make and exit
 #
 # Made for a GPU box with its own torch and Triton and no network: nothing is installed over that environment. The
@@ -20,25 +21,40 @@
 # The other notebooks run the same code on a CPU in CI; their GPU differences are indirect (library defaults that pick
 # the Triton kernels on CUDA), so run the full set before a release.
 #
+# Side by side: the tests are mostly host work (Triton compiles kernels on the CPU, and most GPU work is small), so
+# several notebook processes share the GPU, the longest run first by the seconds bench/results/gpu_tests.json
+# recorded. No test asserts a time (the benchmark notebooks' GPU cells check what they measured, not how fast), so
+# sharing costs only wall time per notebook.
+#
+# At the end it writes test_gpu.json beside the logs: the GPU, versions, command, each run's result and seconds,
+# the summary line and the wall time (what bench/results/gpu_tests.json records).
+#
 # TRITON_INTERPRET is unset: with it the kernels would run in the interpreter on the CPU. Environment: TEST_GPU_LOGS
 # (per-notebook logs; default $OUT/test_gpu_logs when $OUT is set, else a new temporary folder), TEST_GPU_TIMEOUT
 # (seconds per notebook, default none), TEST_GPU_ALLOW_CPU=1 (run without a visible GPU: for testing this script).
 set -uo pipefail
-usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 t0=$(date +%s)
 
-gpu_only=0; list=0; names=()
-for a in "$@"; do
-  case "$a" in
+gpu_only=0; list=0; names=(); args=("$@")
+cores=$(nproc 2>/dev/null || echo 1)
+jobs=${TEST_GPU_JOBS:-$([ "$cores" -ge 16 ] && echo 4 || echo 1)}
+while [ $# -gt 0 ]; do
+  case "$1" in
     --gpu-only) gpu_only=1 ;;
     --list) list=1 ;;
+    -j|--jobs) [ $# -ge 2 ] || { echo "test_gpu.sh: $1 needs a number" >&2; exit 2; }; jobs=$2; shift ;;
+    -j*) jobs=${1#-j} ;;
+    --jobs=*) jobs=${1#--jobs=} ;;
     -h|--help) usage; exit 0 ;;
-    -*) echo "test_gpu.sh: unknown option $a" >&2; usage >&2; exit 2 ;;
-    *) names+=("$a") ;;
+    -*) echo "test_gpu.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+    *) names+=("$1") ;;
   esac
+  shift
 done
+case "$jobs" in ''|*[!0-9]*|0) echo "test_gpu.sh: --jobs takes a whole number >= 1, not '$jobs'" >&2; exit 2 ;; esac
 if [ "$gpu_only" = 1 ] && [ ${#names[@]} -gt 0 ]; then
   echo "test_gpu.sh: give notebook names or --gpu-only, not both" >&2; exit 2
 fi
@@ -74,8 +90,22 @@ if [ ${#names[@]} -eq 0 ]; then
   for p in "${notebooks[@]}"; do case "$p" in nbs/07b_*.ipynb) debug_nb=$p ;; esac; done
 fi
 
+# The plan: one line per run, "label<TAB>notebook<TAB>environment", longest first by the last record's seconds (a run
+# the record does not name goes first: it may be long).
+runs_in() {
+  for nb in "${notebooks[@]}"; do printf '%s\t%s\t\n' "$(basename "$nb")" "$nb"; done
+  [ -n "$debug_nb" ] && printf '%s\t%s\tTRITON_DEBUG=1\n' "$(basename "$debug_nb") TRITON_DEBUG=1" "$debug_nb"
+}
+mapfile -t plan < <(runs_in | python3 -c '
+import json, sys
+try: rec = {n["notebook"]: n["seconds"] for n in json.load(open("bench/results/gpu_tests.json"))["notebooks"]}
+except Exception: rec = {}
+runs = [l.rstrip("\n").split("\t") for l in sys.stdin if l.strip()]
+for r in sorted(runs, key=lambda r: -rec.get(r[0], float("inf"))): print("\t".join(r))
+')
 if [ "$list" = 1 ]; then
-  printf '%s\n' "${notebooks[@]}"; [ -n "$debug_nb" ] && echo "$debug_nb TRITON_DEBUG=1"
+  echo "$jobs at a time:"
+  for line in "${plan[@]}"; do IFS=$'\t' read -r label nb envs <<<"$line"; echo "  $nb${envs:+ $envs}"; done
   exit 0
 fi
 
@@ -110,30 +140,62 @@ EOF
 logs=${TEST_GPU_LOGS:-${OUT:+$OUT/test_gpu_logs}}
 logs=${logs:-$(mktemp -d -t test_gpu_logs.XXXXXX)}
 mkdir -p "$logs"
-runs=${#notebooks[@]}; [ -n "$debug_nb" ] && runs=$((runs + 1))
-echo "$runs runs of $nbdev_bin --flags cuda --n_workers 1, one process each; logs in $logs"
-passed=0; failed=0; failures=()
-run_one() {   # label, notebook, environment assignments...
-  local label=$1 nb=$2 t log rc; shift 2
-  log="$logs/${label//[^A-Za-z0-9_.=-]/_}.log"
+results=$(mktemp -d -t test_gpu_results.XXXXXX); trap 'rm -rf "$results"' EXIT
+echo "${#plan[@]} runs of $nbdev_bin --flags cuda --n_workers 1, one process each, $jobs at a time; logs in $logs"
+safe() { local x=${1//[^A-Za-z0-9_.=-]/_}; echo "$x"; }
+run_one() {   # label, notebook, environment assignment (or nothing): a PASS/FAIL line, "rc seconds" in $results
+  local label=$1 nb=$2 t log rc secs; shift 2
+  log="$logs/$(safe "$label").log"
   t=$(date +%s)
   if [ "${TEST_GPU_TIMEOUT:-0}" -gt 0 ] 2>/dev/null; then
     env "$@" timeout "$TEST_GPU_TIMEOUT" nbdev_test --path "$nb" --flags cuda --n_workers 1 >"$log" 2>&1; rc=$?
   else
     env "$@" nbdev_test --path "$nb" --flags cuda --n_workers 1 >"$log" 2>&1; rc=$?
   fi
-  if [ $rc -eq 0 ] && grep -q '^Success\.$' "$log"; then
-    passed=$((passed + 1)); printf 'PASS  %-44s %5d s\n' "$label" $(( $(date +%s) - t ))
-  else
-    failed=$((failed + 1)); failures+=("$label")
-    printf 'FAIL  %-44s %5d s  (exit %d; log %s)\n' "$label" $(( $(date +%s) - t )) "$rc" "$log"
-    tail -n 40 "$log" | sed 's/^/    | /'
-  fi
+  [ $rc -eq 0 ] && ! grep -q '^Success\.$' "$log" && rc=1
+  secs=$(( $(date +%s) - t ))
+  echo "$rc $secs" > "$results/$(safe "$label")"
+  if [ $rc -eq 0 ]; then printf 'PASS  %-44s %5d s\n' "$label" "$secs"
+  else printf 'FAIL  %-44s %5d s  (exit %d; log %s)\n' "$label" "$secs" "$rc" "$log"; fi
 }
-for nb in "${notebooks[@]}"; do run_one "$(basename "$nb")" "$nb"; done
-[ -n "$debug_nb" ] && run_one "$(basename "$debug_nb") TRITON_DEBUG=1" "$debug_nb" TRITON_DEBUG=1
+active=0
+for line in "${plan[@]}"; do
+  IFS=$'\t' read -r label nb envs <<<"$line"
+  run_one "$label" "$nb" $envs &
+  active=$((active + 1))
+  if [ $active -ge "$jobs" ]; then wait -n; active=$((active - 1)); fi
+done
+wait
 
+passed=0; failed=0; failures=()
+for line in "${plan[@]}"; do
+  IFS=$'\t' read -r label nb envs <<<"$line"
+  read -r rc secs < "$results/$(safe "$label")" 2>/dev/null || rc=1
+  if [ "$rc" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$label"); fi
+done
+for f in "${failures[@]}"; do
+  echo "--- $f: the end of $logs/$(safe "$f").log"
+  tail -n 40 "$logs/$(safe "$f").log" | sed 's/^/    | /'
+done
+wall=$(( $(date +%s) - t0 ))
 [ $failed -gt 0 ] && echo "failed: ${failures[*]}"
-echo "wall time: $(( $(date +%s) - t0 )) s"
+# the record (what bench/results/gpu_tests.json keeps of a run), then the closing lines
+for line in "${plan[@]}"; do
+  IFS=$'\t' read -r label nb envs <<<"$line"
+  read -r rc secs < "$results/$(safe "$label")" 2>/dev/null || { rc=1; secs=0; }
+  printf '%s\t%s\t%s\n' "$label" "$rc" "$secs"
+done | python3 -c '
+import datetime, json, sys, torch, triton
+path, command, jobs, summary, wall = sys.argv[1:]
+rows = [l.rstrip("\n").split("\t") for l in sys.stdin if l.strip()]
+rec = dict(gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA GPU", torch=torch.__version__,
+           triton=triton.__version__, python=sys.version.split()[0], date=datetime.date.today().isoformat(),
+           command=command.strip(), jobs=int(jobs),
+           notebooks=[dict(notebook=n, result="PASS" if rc == "0" else "FAIL", seconds=int(s)) for n, rc, s in rows],
+           summary=summary, wall_seconds=int(wall))
+with open(path, "w") as f: json.dump(rec, f, indent=1); f.write("\n")
+' "$logs/test_gpu.json" "tools/test_gpu.sh ${args[*]}" "$jobs" "$passed passed, $failed failed" "$wall" \
+  || echo "test_gpu.sh: could not write $logs/test_gpu.json" >&2
+echo "wall time: $wall s; record: $logs/test_gpu.json"
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

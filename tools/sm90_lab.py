@@ -307,12 +307,12 @@ def _call(mod, inp, window, out):
     return lambda: mod.prefill_sm90(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], **kw,
                                     softmax_scale=1 / 128, window=window, out=out)
 
-def check_variant(mod, shipped) -> list:
+def check_variant(mod, shipped, checks=None) -> list:
     "The variant's outputs against the shipped kernel's (bit for bit where `exact`) and the portable kernel's."
     import torch
     from inkling_fp8kv.bench.attention_suites import ours
     rows = []
-    for B, Sq, kv, Hq, page, window, varlen in CHECKS:
+    for B, Sq, kv, Hq, page, window, varlen in (CHECKS if checks is None else checks):
         inp = _inputs(B, Sq, kv, Hq, page, window, varlen)
         T = int(inp["cu_seqlens_q"][-1])
         outs = []
@@ -393,9 +393,19 @@ def decode_sweep(device="cuda", *, smoke: bool = False, budget_s: float = 420, t
         if device != "cpu": torch.cuda.empty_cache()
     return rows
 
-def preflight(name: str, timeout_s: float = 90) -> dict:
-    """Build `name` and run it once on a small case in a child process: a variant whose barriers deadlock hangs that
-    process, which is killed after `timeout_s`, and the variant is left out of the run instead of hanging it."""
+def warm_timed(mod) -> None:
+    "Compile `mod`'s builds that `TIMED` uses (page 64, each window) with one small call each: timing finds them built."
+    import torch
+    for window in sorted({c[4] for c in TIMED}, key=str):
+        inp = _inputs(1, 128, 1024, 16, 64, window)
+        _call(mod, inp, window, torch.empty(inp["q"].shape, dtype=torch.bfloat16, device="cuda"))()
+    torch.cuda.synchronize()
+
+def preflight(name: str, timeout_s: float = 240) -> dict:
+    """Build `name` and check it in a child process: every `CHECKS` case against the shipped and the portable kernel
+    (the first only for an ablation, which is not checked), then the builds `TIMED` needs, compiled into Triton's cache.
+    Children run side by side (the host's cores compile in parallel); a variant whose barriers deadlock hangs its
+    child, which is killed after `timeout_s`, and the variant is left out of the run instead of hanging it."""
     t0 = time.time()
     try:
         r = subprocess.run([sys.executable, __file__, "--preflight", name], capture_output=True, text=True,
@@ -403,7 +413,7 @@ def preflight(name: str, timeout_s: float = 90) -> dict:
     except subprocess.TimeoutExpired:
         return dict(ok=False, why=f"no result in {timeout_s:.0f} s (a hang: killed)")
     if r.returncode: return dict(ok=False, why=r.stderr.strip()[-600:])
-    return dict(ok=True, seconds=time.time() - t0, first_check=json.loads(r.stdout.strip().splitlines()[-1]))
+    return dict(ok=True, seconds=time.time() - t0, rows=json.loads(r.stdout.strip().splitlines()[-1]))
 
 def _table(res: dict) -> str:
     lines = []
@@ -437,9 +447,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=540, help="seconds for the whole run (default 540: one 10-minute "
                                                                 "device call with room to start); what is left out says "
                                                                 "so. The prefill timing comes before the decode sweep, "
-                                                                "which gets what is left (60 s at least): all sixteen "
-                                                                "variants take about 290 s to build and check, so run "
-                                                                "--no-decode and --no-prefill as two calls for both")
+                                                                "which gets what is left (60 s at least); for both in "
+                                                                "full, run --no-decode and --no-prefill as two calls")
     ap.add_argument("--preflight", metavar="VARIANT", help=argparse.SUPPRESS)   # one variant, one small case (a child)
     ap.add_argument("--smoke", action="store_true", help="on a CPU with TRITON_INTERPRET=1: the decode sweep's plumbing "
                                                           "on a tiny shape (the Gluon variants cannot run there)")
@@ -467,12 +476,12 @@ def main(argv=None) -> int:
     device = "cpu" if a.smoke else "cuda"
     from inkling_fp8kv.bench.harness import run_header, write_json_atomic
     import inkling_fp8kv.attention_sm90 as shipped
-    if a.preflight:     # built and run once on the smallest check, in a process of its own (see `preflight`)
+    if a.preflight:     # built, checked and its timed builds compiled, in a process of its own (see `preflight`)
         with tempfile.TemporaryDirectory() as tmp:
             mod = load_variant(write_variant(a.preflight, Path(tmp)))
-            global CHECKS
-            CHECKS = CHECKS[:1]
-            print(json.dumps(check_variant(mod, shipped)[0]))
+            rows = check_variant(mod, shipped, CHECKS if VARIANTS[a.preflight][2] is not None else CHECKS[:1])
+            warm_timed(mod)
+            print(json.dumps(rows))
         return 0
     t0 = time.time()
     out = Path(a.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="sm90-lab-"))
@@ -481,21 +490,19 @@ def main(argv=None) -> int:
     def save(): write_json_atomic(out / "sm90_lab.json", res | dict(wall_s=time.time() - t0))
     if not a.no_prefill:
         from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(6) as pool:      # children compile on the host's cores side by side
+        with ThreadPoolExecutor(max(1, min(8, (os.cpu_count() or 2) // 2))) as pool:   # children compile side by side
             res["preflight"] = dict(zip(names, pool.map(preflight, names)))
         save()
+        res["checks"] = [dict(variant=n, exact=VARIANTS[n][2], rows=res["preflight"][n].pop("rows"))
+                         for n in names if res["preflight"][n]["ok"] and VARIANTS[n][2] is not None]
+        save()
         with tempfile.TemporaryDirectory() as tmp:
-            mods, res["checks"] = {"shipped": shipped}, []
+            mods = {"shipped": shipped}
+            warm_timed(shipped)
             for n in [n for n in names if res["preflight"][n]["ok"]]:
-                try:
-                    mods[n] = load_variant(write_variant(n, Path(tmp)))
-                    if VARIANTS[n][2] is not None:
-                        res["checks"].append(dict(variant=n, exact=VARIANTS[n][2], rows=check_variant(mods[n], shipped)))
-                except Exception as e:
-                    res["checks"].append(dict(variant=n, error=f"{type(e).__name__}: {e}"[:400], rows=[]))
-                    mods.pop(n, None)
-                print(f"[{time.time() - t0:5.0f}s] {n} built and checked", file=sys.stderr, flush=True)
-            save()
+                try: mods[n] = load_variant(write_variant(n, Path(tmp)))      # its builds are in the cache already
+                except Exception as e: res["preflight"][n].update(ok=False, why=f"{type(e).__name__}: {e}"[:400])
+            print(f"[{time.time() - t0:5.0f}s] {len(mods) - 1} variants built and checked", file=sys.stderr, flush=True)
             res["timed"] = time_variants(mods, t0 + a.budget - 60 * (not a.no_decode))
             save()
     res["prepass_check"] = check_prepass(device)

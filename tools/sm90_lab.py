@@ -357,8 +357,20 @@ def decode_candidates(smoke: bool = False) -> list:
     return [dict(block_n=n, num_warps=w, num_stages=s, perm_v=p)
             for n, w, s, p in itertools.product((16, 32, 64), (1, 2, 4), (2, 3, 4, 5), (False, True))]
 
+def decode_shapes(spec: str) -> list:
+    "`DECODE`-style shapes from 'B:KV,...' (KV in keys, a K suffix for 1024s): '8:32K,16:64K'."
+    out = []
+    for item in filter(None, spec.split(",")):
+        try:
+            b, kv = item.strip().upper().split(":")
+            B, KV = int(b), int(kv[:-1]) * 1024 if kv.endswith("K") else int(kv)
+        except ValueError: raise argparse.ArgumentTypeError(f"{item!r}: expected B:KV such as 8:32K") from None
+        if B < 1 or KV < 1: raise argparse.ArgumentTypeError(f"{item!r}: B and KV must be positive")
+        out.append((f"decode B={B}, KV {KV // 1024}K" if KV % 1024 == 0 else f"decode B={B}, KV {KV}", B, KV))
+    return out
+
 def decode_sweep(device="cuda", *, smoke: bool = False, budget_s: float = 420, top: int = 4,
-                 waves=(2, 4, 8, 16, 32, 64)) -> list:
+                 waves=(2, 4, 8, 16, 32, 64), shapes=None) -> list:
     """Each decode shape: a copy of its K/V bytes, the shipped pick, then stage 1 (`decode_candidates` at the shipped
     split waves) and stage 2 (the `top` fastest of stage 1 at each of `waves`), as CUDA-graph replays."""
     import torch
@@ -367,7 +379,7 @@ def decode_sweep(device="cuda", *, smoke: bool = False, budget_s: float = 420, t
     from inkling_fp8kv.attention_launch import decode_config
     from inkling_fp8kv.numerics import E4M3_DTYPE
     rows, t0, mode = [], time.time(), timing_for(device, "replay")
-    for case, B, kv in DECODE_SMOKE if smoke else DECODE:
+    for case, B, kv in DECODE_SMOKE if smoke else shapes or DECODE:
         inp = paged_attention_inputs(B, kv, 4 if smoke else 16, 1, E4M3_DTYPE, E=32 if smoke else 1024, seed=kv + B,
                                      device=device)
         copy = copy_row(case, B, kv, 2, device, mode)
@@ -444,6 +456,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode sweep")
     ap.add_argument("--no-prefill", action="store_true", help="skip the prefill variants")
+    ap.add_argument("--decode-shapes", metavar="B:KV,...", type=decode_shapes, default=None,
+                    help="the decode sweep's shapes instead of the issue's three (B=32 64K, B=8 128K, B=1 64K), "
+                         "e.g. 4:128K,8:32K,16:64K")
     ap.add_argument("--budget", type=float, default=540, help="seconds for the whole run (default 540: one 10-minute "
                                                                 "device call with room to start); what is left out says "
                                                                 "so. The prefill timing comes before the decode sweep, "
@@ -508,7 +523,8 @@ def main(argv=None) -> int:
     res["prepass_check"] = check_prepass(device)
     save()
     if not a.no_decode:
-        res["decode"] = decode_sweep(device, smoke=a.smoke, budget_s=max(60.0, t0 + a.budget - time.time()))
+        res["decode"] = decode_sweep(device, smoke=a.smoke, budget_s=max(60.0, t0 + a.budget - time.time()),
+                                     shapes=a.decode_shapes)
     save()
     print(_table(res))
     print(f"-> {out / 'sm90_lab.json'} ({time.time() - t0:.0f} s)")

@@ -14,6 +14,9 @@ the way notebook 07c builds its one-level control: the shipped kernel itself is 
                                                       kernel; then the decode launch sweep at the issue's three shapes
 -> sm90_lab.json in --out, else $OUT, else a new temporary folder (never bench/results: a lab run is read, then the
    winners are folded into 07c / 06b and measured again by bench/attention_sm90.py).
+  python tools/sm90_lab.py --fold VARIANT            writes a prefill variant's edits into nbs/07c_attention_sm90.ipynb's
+                                                      cells (checked to export to exactly its source); nbdev_export
+                                                      then makes it the shipped kernel, to be tested on the H200
 """
 import argparse, inspect, itertools, json, math, os, re, subprocess, sys, tempfile, time
 from pathlib import Path
@@ -255,6 +258,44 @@ def variant_source(name: str) -> str:
     for f in VARIANTS[name][0]: src = f(src)
     return src
 
+def fold(name: str, notebook: Path = ROOT / "nbs" / "07c_attention_sm90.ipynb",
+         module: Path = ROOT / "inkling_fp8kv" / "attention_sm90.py", write: bool = True) -> list:
+    """Write variant `name`'s edits into the notebook's exported cells, so that `nbdev_export` gives the variant's
+    module: the ids of the cells it changed. The module is split at nbdev's `# %% ... #id` markers; each changed piece
+    goes back into the cell of that id (its `#|` directives kept), and the cells are checked to export to exactly the
+    variant's source before anything is written. An edit outside the cells' code (the markers, `__all__`) is refused."""
+    old = module.read_text()
+    new = old
+    for f in VARIANTS[name][0]: new = f(new)
+    marker = re.compile(r"^(# %% .+ #(\w+)\n)", re.M)
+    def pieces(src):
+        parts = marker.split(src)            # [head, marker, id, body, marker, id, body, ...]
+        return parts[0], [(parts[i], parts[i + 1], parts[i + 2]) for i in range(1, len(parts), 3)]
+    (h0, p0), (h1, p1) = pieces(old), pieces(new)
+    if h0 != h1 or [m for m, _, _ in p0] != [m for m, _, _ in p1]:
+        raise ValueError(f"{name}: its edits touch the module's header or nbdev's cell markers; fold it by hand")
+    nb = json.loads(notebook.read_text())
+    cells = {c.get("id"): c for c in nb["cells"]}
+    # as nbdev exports a cell: its `#|` lines dropped, the package's absolute imports made relative
+    code = lambda c: re.sub(r"^(\s*)from inkling_fp8kv\.", r"\1from .", "".join(
+        l for l in "".join(c["source"]).splitlines(True) if not l.startswith("#|")), flags=re.M)
+    absolute = lambda t: re.sub(r"^(\s*)from \.(?=\w)", r"\1from inkling_fp8kv.", t, flags=re.M)
+    changed = []
+    for (m, cid, body0), (_, _, body1) in zip(p0, p1):
+        if body0 == body1: continue
+        if cid not in cells or code(cells[cid]).rstrip() != body0.rstrip():
+            raise ValueError(f"{name}: cell {cid} of {notebook.name} does not export to the module's piece (run "
+                             "nbdev_export first, or the edit is outside a notebook cell)")
+        directives = "".join(l for l in "".join(cells[cid]["source"]).splitlines(True) if l.startswith("#|"))
+        cells[cid]["source"] = (directives + absolute(body1.rstrip("\n"))).splitlines(True)
+        changed.append(cid)
+    rebuilt = h0 + "".join(m + (code(cells[cid]).rstrip() + body0[len(body0.rstrip()):] if cid in changed else body1)
+                           for (m, cid, body0), (_, _, body1) in zip(p0, p1))
+    if rebuilt != new: raise ValueError(f"{name}: the folded cells would not export to the variant's source")
+    if write and changed:
+        notebook.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return changed
+
 def write_variant(name: str, folder: Path) -> Path:
     path = Path(folder) / f"sm90_{re.sub(r'[^a-z0-9]+', '_', name)}.py"
     path.write_text(variant_source(name))
@@ -465,12 +506,21 @@ def main(argv=None) -> int:
                                                                 "which gets what is left (60 s at least); for both in "
                                                                 "full, run --no-decode and --no-prefill as two calls")
     ap.add_argument("--preflight", metavar="VARIANT", help=argparse.SUPPRESS)   # one variant, one small case (a child)
+    ap.add_argument("--fold", metavar="VARIANT", help="write VARIANT's edits into nbs/07c_attention_sm90.ipynb (then "
+                                                      "run nbdev_export): how a measured winner becomes the shipped "
+                                                      "kernel, to be tested again on the H200")
     ap.add_argument("--smoke", action="store_true", help="on a CPU with TRITON_INTERPRET=1: the decode sweep's plumbing "
                                                           "on a tiny shape (the Gluon variants cannot run there)")
     a = ap.parse_args(argv)
     bad = [v for v in a.variants if v not in VARIANTS]
     if bad: ap.error(f"unknown variants {bad}; known: {', '.join(VARIANTS)}")
     names = a.variants or list(VARIANTS)
+    if a.fold:
+        if a.fold not in VARIANTS: ap.error(f"unknown variant {a.fold!r}; known: {', '.join(VARIANTS)}")
+        ids = fold(a.fold)
+        print(f"{a.fold}: {len(ids)} cells of nbs/07c_attention_sm90.ipynb changed ({', '.join(ids)}); now run "
+              "nbdev_export, then the 07c/07/08 tests on the H200 and tools/sm90_compile.py --record")
+        return 0
     if a.compile:
         for r in compile_stats(names):
             if a.json:

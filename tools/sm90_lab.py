@@ -446,6 +446,59 @@ def decode_sweep(device="cuda", *, smoke: bool = False, budget_s: float = 420, t
         if device != "cpu": torch.cuda.empty_cache()
     return rows
 
+def decode_compile_stats(configs=None) -> list:
+    """Split-KV decode's kernel compiled for sm_90a on any machine (Triton's compiler and ptxas, no GPU): per launch
+    config, the far-tile loop's SASS (the smallest backward-branch loop with the tile's MMAs) per thread and tile: its
+    instructions, MMAs, e4m3 conversions (F2FP), spills; the bytes one tile reads and the warp-instructions the
+    program issues per KB of it (what an issue-bound decode pays per byte); and the PTX's MMA shape and types.
+    Strides and pointers carry the divisibility by 16 that real launches specialize on (without it the loads scalarize).
+    Run in a process without TRITON_INTERPRET."""
+    import collections, torch, triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from inkling_fp8kv.attention_kernels import _decode_split_kernel as kern
+    from inkling_fp8kv.attention_launch import ATTN_CONFIGS
+    configs = configs or [("decode_fp8 (shipped)", True, ATTN_CONFIGS["decode_fp8"]),
+                          ("decode_bf16 (shipped)", False, ATTN_CONFIGS["decode_bf16"]),
+                          ("decode1_fp8 (shipped)", True, ATTN_CONFIGS["decode1_fp8"]),
+                          ("B=8 128K lab best", True, dict(block_n=16, num_warps=1, num_stages=5, lazy_skip=True,
+                                                           perm_v=False))]
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    names, out = kern.arg_names, []
+    for label, fp8, cfg in configs:
+        dt = "*fp8e4nv" if fp8 else "*bf16"
+        ptrs = dict(Q=dt, K=dt, V=dt, REL="*bf16", OPART="*fp32", LSE="*fp32", BT="*i32", SEQ="*i32", CU="*i32")
+        const = dict(G=8, BLOCK_G=16, BLOCK_N=cfg["block_n"], HEAD_DIM=128, PAGE=64 if fp8 else 32, HAS_WINDOW=False,
+                     IS_FP8=fp8, P_OFFSET=8.0 if fp8 else 0.0, INTERP=False, LAZY_SKIP=cfg["lazy_skip"],
+                     PERM_V=cfg.get("perm_v", False))
+        sig = {n: "constexpr" if n in const else ptrs.get(n, "fp32" if n in ("sm_scale_log2", "threshold") else "i32")
+               for n in names}
+        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+                 if sig[n].startswith("*") or n.startswith("stride_") or n == "E"}
+        k = triton.compile(ASTSource(kern, sig, {(names.index(n),): v for n, v in const.items()}, attrs),
+                           target=GPUTarget("cuda", 90, 32),
+                           options=dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(k.asm["cubin"]); f.flush()
+            sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        ins = [(int(m.group(1), 16), m.group(2).strip()) for m in
+               re.finditer(r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", sass, re.M)]
+        loops = []
+        for a_, text in ins:
+            m = re.search(r"BRA (?:`\(\.L_x_\d+\) )?0x([0-9a-f]+)", text)
+            if not m or int(m.group(1), 16) >= a_: continue
+            body = [t for b_, t in ins if int(m.group(1), 16) <= b_ <= a_]
+            ops = collections.Counter(t.split()[0].split(".")[0] for t in body)
+            if ops["HMMA"] or ops["QMMA"]: loops.append((len(body), ops))
+        n, ops = min(loops, key=lambda x: x[0])                # the far loop: the tile without the bias
+        tile_bytes = 2 * cfg["block_n"] * 128 * (1 if fp8 else 2)
+        out.append(dict(config=label, fp8=fp8, launch=cfg, shared=k.metadata.shared, instrs=n,
+                        bytes_per_tile=tile_bytes, warp_instrs_per_kb=round(1024 * n * cfg["num_warps"] / tile_bytes, 1),
+                        mma=ops["HMMA"] + ops["QMMA"], f2fp=ops["F2FP"], prmt=ops["PRMT"], imad=ops["IMAD"],
+                        spills=sass.count("LDL") + sass.count("STL"),
+                        ptx_mma=sorted(set(re.findall(r"mma\.sync\.aligned\.([\w.]+)", k.asm["ptx"])))))
+    return out
+
 def warm_timed(mod) -> None:
     "Compile `mod`'s builds that `TIMED` uses (page 64, each window) with one small call each: timing finds them built."
     import torch
@@ -494,6 +547,9 @@ def main(argv=None) -> int:
     ap.add_argument("variants", nargs="*", help=f"variants to run (default: all): {', '.join(VARIANTS)}")
     ap.add_argument("--compile", action="store_true", help="compile for sm_90a and report (no GPU needed)")
     ap.add_argument("--json", action="store_true", help="with --compile: one JSON line per build instead of text")
+    ap.add_argument("--compile-decode", action="store_true", help="split-KV decode's shipped launches compiled for "
+                                                                  "sm_90a (no GPU): the far-tile loop's instructions "
+                                                                  "per tile and per KB read, MMAs, e4m3 conversions")
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode sweep")
     ap.add_argument("--no-prefill", action="store_true", help="skip the prefill variants")
@@ -520,6 +576,13 @@ def main(argv=None) -> int:
         ids = fold(a.fold)
         print(f"{a.fold}: {len(ids)} cells of nbs/07c_attention_sm90.ipynb changed ({', '.join(ids)}); now run "
               "nbdev_export, then the 07c/07/08 tests on the H200 and tools/sm90_compile.py --record")
+        return 0
+    if a.compile_decode:
+        for r in decode_compile_stats():
+            print(json.dumps(r) if a.json else
+                  f"{r['config']:24s} {r['instrs']:5d} instrs per {r['bytes_per_tile']:5d}-byte tile "
+                  f"x {r['launch']['num_warps']} warps ({r['warp_instrs_per_kb']:5.1f} warp-instrs per KB): {r['mma']} MMA, {r['f2fp']} F2FP, {r['prmt']} PRMT, "
+                  f"{r['imad']} IMAD; spills {r['spills']}; {r['shared']} B shared; PTX mma {', '.join(r['ptx_mma'])}")
         return 0
     if a.compile:
         for r in compile_stats(names):

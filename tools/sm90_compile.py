@@ -58,11 +58,7 @@ def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8, sass_out=False):
     secs = time.time() - t0
     ptx = k.asm["ptx"]
     mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.(\w+)\.(\w+)\.(\w+)", ptx)
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"]); f.flush()
-        res = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    res, sass = cuobjdump(k, "-res-usage"), cuobjdump(k, "-sass")
     use = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", res))
     # P.V's wgmmas (N = 64, a half of D) and how many start from a zero accumulator (scale-d, third operand from the end, 0)
     pv = [l.rstrip().rstrip(";").split(",")[-3].strip() for l in ptx.splitlines()
@@ -82,6 +78,27 @@ def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8, sass_out=False):
                 loops=hot_loops(sass), cubin_sha256=hashlib.sha256(k.asm["cubin"]).hexdigest(),
                 **(dict(sass=sass) if sass_out else {}))
 
+def cuobjdump(k, flag: str) -> str:
+    "Triton's bundled `cuobjdump FLAG` on compiled kernel `k`'s cubin (`-sass`, `-res-usage`)."
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"]); f.flush()
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True, check=True).stdout
+
+def backward_loops(sass: str) -> list:
+    "Each loop of a SASS listing: the instructions (opcode and operands) a backward branch spans, slow paths left out."
+    ins = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", line)
+        if m: ins.append((int(m.group(1), 16), m.group(2).strip()))
+    loops = []
+    for a, text in ins:
+        m = re.search(r"BRA (?:`\(\.L_x_\d+\) )?0x([0-9a-f]+)", text)
+        if not m or int(m.group(1), 16) >= a: continue
+        body = [t for b, t in ins if int(m.group(1), 16) <= b <= a]
+        if not any(t.startswith("EXIT") for t in body): loops.append(body)   # an EXIT: a slow path jumping back
+    return loops
+
 _OPS = dict(instrs=None, LDL=r"^LDL", STL=r"^STL", MUFU=r"^MUFU", QGMMA=r"^QGMMA", SHFL=r"^SHFL", LDS=r"^LDS\b",
             STS=r"^STS\b", PRMT=r"^PRMT", LDG=r"^LDG")
 
@@ -90,16 +107,8 @@ def hot_loops(sass: str) -> dict:
     k-steps and P.V's 8, no bias load), their near-tile loop (12 QGMMA and the bias loads; "near_largest": the largest
     such loop where there are several) and the producer's loop (TMA and the transpose's shared-memory stores); each the
     smallest loop (a backward branch's span) that matches."""
-    ins = []
-    for line in sass.splitlines():
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", line)
-        if m: ins.append((int(m.group(1), 16), m.group(2).strip()))
     found = {}
-    for a, text in ins:
-        m = re.search(r"BRA (?:`\(\.L_x_\d+\) )?0x([0-9a-f]+)", text)
-        if not m or int(m.group(1), 16) >= a: continue
-        body = [t for b, t in ins if int(m.group(1), 16) <= b <= a]
-        if any(t.startswith("EXIT") for t in body): continue     # a slow path past the end jumping back: not a loop
+    for body in backward_loops(sass):
         n = {k: len(body) if v is None else sum(bool(re.search(v, t)) for t in body) for k, v in _OPS.items()}
         utma = sum(t.startswith("UTMALDG") for t in body)
         kind = ("far" if n["QGMMA"] == 12 and not n["LDG"] else "near" if n["QGMMA"] == 12 else

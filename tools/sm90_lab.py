@@ -453,7 +453,7 @@ def decode_compile_stats(configs=None) -> list:
     program issues per KB of it (what an issue-bound decode pays per byte); and the PTX's MMA shape and types.
     Strides and pointers carry the divisibility by 16 that real launches specialize on (without it the loads scalarize).
     Run in a process without TRITON_INTERPRET."""
-    import collections, torch, triton
+    import collections, triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from inkling_fp8kv.attention_kernels import _decode_split_kernel as kern
@@ -463,7 +463,8 @@ def decode_compile_stats(configs=None) -> list:
                           ("decode1_fp8 (shipped)", True, ATTN_CONFIGS["decode1_fp8"]),
                           ("B=8 128K lab best", True, dict(block_n=16, num_warps=1, num_stages=5, lazy_skip=True,
                                                            perm_v=False))]
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from sm90_compile import backward_loops, cuobjdump
     names, out = kern.arg_names, []
     for label, fp8, cfg in configs:
         dt = "*fp8e4nv" if fp8 else "*bf16"
@@ -478,24 +479,16 @@ def decode_compile_stats(configs=None) -> list:
         k = triton.compile(ASTSource(kern, sig, {(names.index(n),): v for n, v in const.items()}, attrs),
                            target=GPUTarget("cuda", 90, 32),
                            options=dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(k.asm["cubin"]); f.flush()
-            sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
-        ins = [(int(m.group(1), 16), m.group(2).strip()) for m in
-               re.finditer(r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", sass, re.M)]
-        loops = []
-        for a_, text in ins:
-            m = re.search(r"BRA (?:`\(\.L_x_\d+\) )?0x([0-9a-f]+)", text)
-            if not m or int(m.group(1), 16) >= a_: continue
-            body = [t for b_, t in ins if int(m.group(1), 16) <= b_ <= a_]
-            ops = collections.Counter(t.split()[0].split(".")[0] for t in body)
-            if ops["HMMA"] or ops["QMMA"]: loops.append((len(body), ops))
-        n, ops = min(loops, key=lambda x: x[0])                # the far loop: the tile without the bias
+        sass = cuobjdump(k, "-sass")
+        loops = [collections.Counter(t.split()[0].split(".")[0] for t in body) for body in backward_loops(sass)]
+        ops = min((c for c in loops if c["HMMA"] or c["QMMA"]), key=lambda c: c.total())   # the far loop: no bias
+        n = ops.total()
         tile_bytes = 2 * cfg["block_n"] * 128 * (1 if fp8 else 2)
         out.append(dict(config=label, fp8=fp8, launch=cfg, shared=k.metadata.shared, instrs=n,
-                        bytes_per_tile=tile_bytes, warp_instrs_per_kb=round(1024 * n * cfg["num_warps"] / tile_bytes, 1),
+                        bytes_per_tile=tile_bytes,
+                        warp_instrs_per_kb=round(1024 * n * cfg["num_warps"] / tile_bytes, 1),
                         mma=ops["HMMA"] + ops["QMMA"], f2fp=ops["F2FP"], prmt=ops["PRMT"], imad=ops["IMAD"],
-                        spills=sass.count("LDL") + sass.count("STL"),
+                        spills=len(re.findall(r"\b(?:LDL|STL)\b", sass)),
                         ptx_mma=sorted(set(re.findall(r"mma\.sync\.aligned\.([\w.]+)", k.asm["ptx"])))))
     return out
 
@@ -581,8 +574,9 @@ def main(argv=None) -> int:
         for r in decode_compile_stats():
             print(json.dumps(r) if a.json else
                   f"{r['config']:24s} {r['instrs']:5d} instrs per {r['bytes_per_tile']:5d}-byte tile "
-                  f"x {r['launch']['num_warps']} warps ({r['warp_instrs_per_kb']:5.1f} warp-instrs per KB): {r['mma']} MMA, {r['f2fp']} F2FP, {r['prmt']} PRMT, "
-                  f"{r['imad']} IMAD; spills {r['spills']}; {r['shared']} B shared; PTX mma {', '.join(r['ptx_mma'])}")
+                  f"x {r['launch']['num_warps']} warps ({r['warp_instrs_per_kb']:5.1f} warp-instrs per KB): "
+                  f"{r['mma']} MMA, {r['f2fp']} F2FP, {r['prmt']} PRMT, {r['imad']} IMAD; spills {r['spills']}; "
+                  f"{r['shared']} B shared; PTX mma {', '.join(r['ptx_mma'])}")
         return 0
     if a.compile:
         for r in compile_stats(names):

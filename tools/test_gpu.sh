@@ -167,10 +167,11 @@ for line in "${plan[@]}"; do
 done
 wait
 
-passed=0; failed=0; failures=()
+passed=0; failed=0; failures=(); rows=""     # rows: "label<TAB>rc<TAB>seconds" per run, for the record
 for line in "${plan[@]}"; do
   IFS=$'\t' read -r label nb envs <<<"$line"
-  read -r rc secs < "$results/$(safe "$label")" 2>/dev/null || rc=1
+  read -r rc secs < "$results/$(safe "$label")" 2>/dev/null || { rc=1; secs=0; }
+  rows+="$label"$'\t'"$rc"$'\t'"$secs"$'\n'
   if [ "$rc" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failures+=("$label"); fi
 done
 for f in "${failures[@]}"; do
@@ -180,11 +181,7 @@ done
 wall=$(( $(date +%s) - t0 ))
 [ $failed -gt 0 ] && echo "failed: ${failures[*]}"
 # the record (what bench/results/gpu_tests.json keeps of a run), then the closing lines
-for line in "${plan[@]}"; do
-  IFS=$'\t' read -r label nb envs <<<"$line"
-  read -r rc secs < "$results/$(safe "$label")" 2>/dev/null || { rc=1; secs=0; }
-  printf '%s\t%s\t%s\n' "$label" "$rc" "$secs"
-done | python3 -c '
+printf '%s' "$rows" | python3 -c '
 import datetime, json, sys, torch, triton
 path, command, jobs, summary, wall = sys.argv[1:]
 rows = [l.rstrip("\n").split("\t") for l in sys.stdin if l.strip()]

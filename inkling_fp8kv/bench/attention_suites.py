@@ -296,8 +296,8 @@ def _rate(row: dict, Hkv: int, kv_dtype) -> dict:
 def copy_row(case: str, B: int, kv: int, Hkv: int, device, mode: str = "replay") -> dict:
     """A device-to-device copy of a decode case's fp8 K and V bytes: `tbps` = bytes read + written over the time.
     Timed by direct calls whatever the case's `mode`: captured in a CUDA graph, `copy_` becomes a memcpy node, which
-    on the H200 moved 1 GiB at 2.76 TB/s where the direct call moves about 4.2 (`measure_floors`'s copy), so a graph
-    copy would flatter every decode measured against it. The graph replay is kept beside it (`us_graph`)."""
+    ran well below `measure_floors`'s direct copy on the H200 (the lab record in bench/notes), so a graph copy would
+    flatter every decode measured against it. The graph replay is kept beside it (`us_graph`)."""
     n = kv_bytes(B, kv, E4M3_DTYPE, Hkv=Hkv)
     src = torch.empty(n, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)

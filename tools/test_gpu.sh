@@ -6,7 +6,7 @@
 #   tools/test_gpu.sh --gpu-only      only the notebooks the GPU changes (the rule below), then 07b with TRITON_DEBUG=1
 #   tools/test_gpu.sh NOTEBOOK...     only these: 07_attention, 07_attention.ipynb, nbs/07_attention.ipynb or a prefix
 #                                     such as 07b (matching nbs/07b_*.ipynb)
-#   -j N, --jobs N                    N notebooks at a time (default TEST_GPU_JOBS, else 4 with 16+ cores, 1 below)
+#   -j N, --jobs N                    N notebooks at a time (default TEST_GPU_JOBS, else 6 with 16+ cores, 1 below)
 #   --list                            print the runs it would make and exit
 #
 # Made for a GPU box with its own torch and Triton and no network: nothing is installed over that environment. The
@@ -26,8 +26,9 @@
 # recorded. No test asserts a time (the benchmark notebooks' GPU cells check what they measured, not how fast), so
 # sharing costs only wall time per notebook.
 #
-# At the end it writes test_gpu.json beside the logs: the GPU, versions, command, each run's result and seconds,
-# the summary line and the wall time (what bench/results/gpu_tests.json records).
+# At the end it writes test_gpu.json: the GPU, versions, command, each run's result and seconds, the summary line and
+# the wall time (what bench/results/gpu_tests.json records). With $OUT set it is $OUT/test_gpu.json, at the top, so a
+# device that returns only the first few files of $OUT still returns it; otherwise it sits beside the logs.
 #
 # TRITON_INTERPRET is unset: with it the kernels would run in the interpreter on the CPU. Environment: TEST_GPU_LOGS
 # (per-notebook logs; default $OUT/test_gpu_logs when $OUT is set, else a new temporary folder), TEST_GPU_TIMEOUT
@@ -40,7 +41,7 @@ t0=$(date +%s)
 
 gpu_only=0; list=0; names=(); args=("$@")
 cores=$(nproc 2>/dev/null || echo 1)
-jobs=${TEST_GPU_JOBS:-$([ "$cores" -ge 16 ] && echo 4 || echo 1)}
+jobs=${TEST_GPU_JOBS:-$([ "$cores" -ge 16 ] && echo 6 || echo 1)}
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpu-only) gpu_only=1 ;;
@@ -55,6 +56,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$jobs" in ''|*[!0-9]*|0) echo "test_gpu.sh: --jobs takes a whole number >= 1, not '$jobs'" >&2; exit 2 ;; esac
+# CPU threads per notebook process: a share of the cores. Six processes with a thread per core each oversubscribe the
+# CPU, and torch's CPU work then crawls (on the H200's 16 cores 09c, 10, 12, 13 and 16 ran past 520 s each; they take
+# 4 to 62 s on CI's 2 cores). OMP_NUM_THREADS or MKL_NUM_THREADS set by the caller win.
+threads=$(( cores / jobs )); [ "$threads" -ge 1 ] || threads=1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$threads}
 if [ "$gpu_only" = 1 ] && [ ${#names[@]} -gt 0 ]; then
   echo "test_gpu.sh: give notebook names or --gpu-only, not both" >&2; exit 2
 fi
@@ -92,13 +98,15 @@ fi
 
 # The plan: one line per run, "label<TAB>notebook<TAB>environment", longest first by the last record's seconds (a run
 # the record does not name goes first: it may be long).
-runs_in() {
-  for nb in "${notebooks[@]}"; do printf '%s\t%s\t\n' "$(basename "$nb")" "$nb"; done
+runs_in() {   # the TRITON_DEBUG run first: unrecorded, it is likely the longest (07b with device-side asserts)
   [ -n "$debug_nb" ] && printf '%s\t%s\tTRITON_DEBUG=1\n' "$(basename "$debug_nb") TRITON_DEBUG=1" "$debug_nb"
+  for nb in "${notebooks[@]}"; do printf '%s\t%s\t\n' "$(basename "$nb")" "$nb"; done
 }
 mapfile -t plan < <(runs_in | python3 -c '
 import json, sys
-try: rec = {n["notebook"]: n["seconds"] for n in json.load(open("bench/results/gpu_tests.json"))["notebooks"]}
+try:   # the record and the runs it keeps beside it ("also": a full set split over several calls)
+    r = json.load(open("bench/results/gpu_tests.json"))
+    rec = {n["notebook"]: n["seconds"] for x in (r, *r.get("also", ())) for n in x["notebooks"]}
 except Exception: rec = {}
 runs = [l.rstrip("\n").split("\t") for l in sys.stdin if l.strip()]
 for r in sorted(runs, key=lambda r: -rec.get(r[0], float("inf"))): print("\t".join(r))
@@ -140,8 +148,10 @@ EOF
 logs=${TEST_GPU_LOGS:-${OUT:+$OUT/test_gpu_logs}}
 logs=${logs:-$(mktemp -d -t test_gpu_logs.XXXXXX)}
 mkdir -p "$logs"
+record=${OUT:+$OUT/test_gpu.json}; record=${record:-$logs/test_gpu.json}
 results=$(mktemp -d -t test_gpu_results.XXXXXX); trap 'rm -rf "$results"' EXIT
-echo "${#plan[@]} runs of $nbdev_bin --flags cuda --n_workers 1, one process each, $jobs at a time; logs in $logs"
+echo "${#plan[@]} runs of $nbdev_bin --flags cuda --n_workers 1, one process each, $jobs at a time," \
+     "$OMP_NUM_THREADS CPU threads each; logs in $logs"
 safe() { local x=${1//[^A-Za-z0-9_.=-]/_}; echo "$x"; }
 run_one() {   # label, notebook, environment assignment (or nothing): a PASS/FAIL line, "rc seconds" in $results
   local label=$1 nb=$2 t log rc secs; shift 2
@@ -183,16 +193,16 @@ wall=$(( $(date +%s) - t0 ))
 # the record (what bench/results/gpu_tests.json keeps of a run), then the closing lines
 printf '%s' "$rows" | python3 -c '
 import datetime, json, sys, torch, triton
-path, command, jobs, summary, wall = sys.argv[1:]
+path, command, jobs, threads, summary, wall = sys.argv[1:]
 rows = [l.rstrip("\n").split("\t") for l in sys.stdin if l.strip()]
 rec = dict(gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA GPU", torch=torch.__version__,
            triton=triton.__version__, python=sys.version.split()[0], date=datetime.date.today().isoformat(),
-           command=command.strip(), jobs=int(jobs),
+           command=command.strip(), jobs=int(jobs), cpu_threads=int(threads),
            notebooks=[dict(notebook=n, result="PASS" if rc == "0" else "FAIL", seconds=int(s)) for n, rc, s in rows],
            summary=summary, wall_seconds=int(wall))
 with open(path, "w") as f: json.dump(rec, f, indent=1); f.write("\n")
-' "$logs/test_gpu.json" "tools/test_gpu.sh ${args[*]}" "$jobs" "$passed passed, $failed failed" "$wall" \
-  || echo "test_gpu.sh: could not write $logs/test_gpu.json" >&2
-echo "wall time: $wall s; record: $logs/test_gpu.json"
+'  "$record" "tools/test_gpu.sh ${args[*]}" "$jobs" "$OMP_NUM_THREADS" "$passed passed, $failed failed" "$wall" \
+  || echo "test_gpu.sh: could not write $record" >&2
+echo "wall time: $wall s; record: $record"
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -490,7 +490,7 @@ def render_notes(notes: dict) -> str:
     for fname, d in notes.items():
         out.append(f"**`bench/notes/{fname}.json.gz`** ({d.get('gpu', '?')}, torch {d.get('torch', '?')}, "
                    f"Triton {d.get('triton', '?')}, {_day(d)}): "
-                   + (d.get("note") or d.get("purpose") or ""))
+                   + (d.get("note") or d.get("purpose") or d.get("what") or ""))
         for k, v in d.items():
             if not isinstance(v, dict): continue
             text = " ".join(str(v[f]) for f in ("note", "purpose", "what", "variant", "outcome")
@@ -524,10 +524,13 @@ def render_evaluate(r: dict) -> str:
                                                                          band=r["dose_meta"]["band"])))])
 
 def render_gpu_tests(r: dict) -> str:
-    "A run of the notebooks' GPU tests (`tools/test_gpu.sh`): which passed, how long each took."
-    return "\n\n".join([provenance(r) + f" {r['summary']}; {r['kernel']}.",
-                         _table(["notebook", "result", "seconds"],
-                                [[n["notebook"], n["result"], n["seconds"]] for n in r["notebooks"]])])
+    """A run of the notebooks' GPU tests (`tools/test_gpu.sh`): which passed, how long each took; then each run kept
+    beside it (`also`: the rest of a full set that took more than one call), the same way."""
+    def one(x):
+        note = f" ({x['note']})" if x.get("note") else ""
+        return [provenance(x) + f" {x['summary']}; {x['kernel']}{note}.",
+                _table(["notebook", "result", "seconds"], [[n["notebook"], n["result"], n["seconds"]] for n in x["notebooks"]])]
+    return "\n\n".join(part for x in (r, *r.get("also", ())) for part in one(x))
 
 def render_sm90_cubins(r: dict) -> str:
     "The H200-verified SM90 kernel by its bytes (`tools/sm90_compile.py --record`): cubin sha256 per Triton and build."

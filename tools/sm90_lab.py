@@ -147,7 +147,7 @@ def _vt_prepass_kernel(V, VT, BT, SEQ, CU, W, stride_vb, stride_vs, stride_vh, s
         v = tl.load(V + blk[:, None] * stride_vb + (keys % PAGE)[:, None] * stride_vs + h * stride_vh + d[None, :],
                     mask=ok[:, None], other=0.0)
         row = (b * HKV + h).to(tl.int64) * 128
-        tl.store(VT + (row + d[None, :]) * Lpad + keys[:, None], v)
+        tl.store(VT + (row + d[None, :]) * Lpad + keys[:, None], v, mask=(keys < Lpad)[:, None])
 
 def _vt_prepass(v_cache, vt, block_table, seq_lens, cu_seqlens_q, window):
     nblk, page, Hkv, D = v_cache.shape
@@ -182,15 +182,34 @@ def vt_prepass(src: str) -> str:
                "                    k_smem, v_smem, vt_smem, (b * gl.num_programs(2) + hkv) * HEAD_DIM)\n")
     src = edit(src, """    k_desc, v_desc = (TensorDescriptor(c, list(c.shape), list(c.stride()), [box, D], smem) for c in (k2, v2))
 """, """    k_desc = TensorDescriptor(k2, list(k2.shape), list(k2.stride()), [box, D], smem)
-    # V^T scratch: rows (request, KV head, d), keys along a row padded to whole 128-key tiles; filled by _vt_prepass
-    vt = torch.empty(seq_lens.shape[0] * Hkv * D, triton.cdiv(block_table.shape[1] * page, _BLOCK_N) * _BLOCK_N,
-                     dtype=v_cache.dtype, device=q.device)
+    # V^T scratch: rows (request, KV head, d), keys along a row padded to whole 128-key tiles; filled by _vt_prepass.
+    # As wide as the longest sequence when the caller knows it (max_seqlen_k), else as the block table (vLLM's spans
+    # max_model_len: a scratch of requests x KV heads x 128 x max_model_len bytes)
+    width = block_table.shape[1] * page if max_seqlen_k is None else min(max_seqlen_k, block_table.shape[1] * page)
+    vt = torch.empty(seq_lens.shape[0] * Hkv * D, triton.cdiv(width, _BLOCK_N) * _BLOCK_N, dtype=v_cache.dtype,
+                     device=q.device)
     v_desc = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), [D, _BLOCK_N], smem)
 """)
     src = edit(src, """    grid, args, meta = _launch_args(q, k_cache, v_cache, rel_logits, out=out, **kw)
 """, """    grid, args, meta = _launch_args(q, k_cache, v_cache, rel_logits, out=out, **kw)
     _vt_prepass(v_cache, args[2].base, kw["block_table"], kw["seq_lens"], kw["cu_seqlens_q"], kw["window"])
 """)
+    # the scratch's width: the longest sequence, from the caller (rel_attention has it as max_seqlen_k)
+    src = edit(src, "                 window, v_scale, threshold, out) -> tuple:\n",
+               "                 window, v_scale, threshold, out, max_seqlen_k=None) -> tuple:\n")
+    src = edit(src, "                 window=None, v_scale=1.0, threshold=SAFE_RESCALE_THRESHOLD, out=None) -> torch.Tensor:\n",
+               "                 window=None, v_scale=1.0, threshold=SAFE_RESCALE_THRESHOLD, out=None,\n"
+               "                 max_seqlen_k=None) -> torch.Tensor:\n")
+    src = edit(src, "    `sm90_eligible` refuses.\"\"\"\n",
+               "    `sm90_eligible` refuses. `max_seqlen_k`, the longest sequence (an upper bound), sizes the V^T scratch;\n"
+               "    None sizes it by the block table.\"\"\"\n")
+    src = edit(src, "    if window is not None and not (isinstance(window, int) and window >= 1):\n",
+               "    if max_seqlen_k is not None and not (isinstance(max_seqlen_k, int) and max_seqlen_k >= 1):\n"
+               "        raise ValueError(f\"max_seqlen_k must be None or an int >= 1, got {max_seqlen_k!r}\")\n"
+               "    if window is not None and not (isinstance(window, int) and window >= 1):\n")
+    src = edit(src, "                               window=window, v_scale=float(v_scale), threshold=float(threshold), out=out)\n",
+               "                               window=window, v_scale=float(v_scale), threshold=float(threshold), out=out,\n"
+               "                               max_seqlen_k=max_seqlen_k)\n")
     return edit(src, "import triton\n", "import triton\nimport triton.language as tl\n") + PREPASS
 
 def stages4(src: str) -> str:
@@ -341,10 +360,13 @@ def _inputs(B, Sq, kv, Hq, page, window, varlen=False, seed=0):
         q_lens, kv_lens = [Sq, Sq * 3 // 7, 2][:B], [kv, kv * 3 // 5, Sq][:B]
         cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32, device="cuda")
         inp.update(seq_lens=torch.tensor(kv_lens, dtype=torch.int32, device="cuda"), cu_seqlens_q=cu)
+        bt = inp["block_table"]   # as vLLM's, wider than the longest sequence: unused columns point at block 0
+        inp["block_table"] = torch.cat([bt, torch.zeros_like(bt)], dim=1)
     return inp
 
 def _call(mod, inp, window, out):
     kw = {k: inp[k] for k in ("block_table", "seq_lens", "cu_seqlens_q", "max_seqlen_q")}
+    if "max_seqlen_k" in inspect.signature(mod.prefill_sm90).parameters: kw["max_seqlen_k"] = inp["max_seqlen_k"]
     return lambda: mod.prefill_sm90(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], **kw,
                                     softmax_scale=1 / 128, window=window, out=out)
 
@@ -569,6 +591,9 @@ def main(argv=None) -> int:
         ids = fold(a.fold)
         print(f"{a.fold}: {len(ids)} cells of nbs/07c_attention_sm90.ipynb changed ({', '.join(ids)}); now run "
               "nbdev_export, then the 07c/07/08 tests on the H200 and tools/sm90_compile.py --record")
+        if "max_seqlen_k" in variant_source(a.fold).split("def prefill_sm90", 1)[1].split(")", 1)[0]:
+            print("its prefill_sm90 takes max_seqlen_k: pass it from rel_attention's dispatch too (notebook 07, "
+                  "launch_prefill_sm90's call), or its scratch is sized by the block table")
         return 0
     if a.compile_decode:
         for r in decode_compile_stats():

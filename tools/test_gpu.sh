@@ -58,7 +58,7 @@ done
 case "$jobs" in ''|*[!0-9]*|0) echo "test_gpu.sh: --jobs takes a whole number >= 1, not '$jobs'" >&2; exit 2 ;; esac
 # CPU threads per notebook process: a share of the cores. Six processes with a thread per core each oversubscribe the
 # CPU, and torch's CPU work then crawls (on the H200's 16 cores 09c, 10, 12, 13 and 16 ran past 520 s each; they take
-# 4 to 62 s on CI's 2 cores). OMP_NUM_THREADS or MKL_NUM_THREADS set by the caller win.
+# 4 to 94 s on CI's 2 cores). OMP_NUM_THREADS or MKL_NUM_THREADS set by the caller win.
 threads=$(( cores / jobs )); [ "$threads" -ge 1 ] || threads=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$threads}
 if [ "$gpu_only" = 1 ] && [ ${#names[@]} -gt 0 ]; then
@@ -98,7 +98,7 @@ fi
 
 # The plan: one line per run, "label<TAB>notebook<TAB>environment", longest first by the last record's seconds (a run
 # the record does not name goes first: it may be long).
-runs_in() {   # the TRITON_DEBUG run first: unrecorded, it is likely the longest (07b with device-side asserts)
+runs_in() {   # the TRITON_DEBUG run first, for a record that lacks it: 07b with device-side asserts runs longest
   [ -n "$debug_nb" ] && printf '%s\t%s\tTRITON_DEBUG=1\n' "$(basename "$debug_nb") TRITON_DEBUG=1" "$debug_nb"
   for nb in "${notebooks[@]}"; do printf '%s\t%s\t\n' "$(basename "$nb")" "$nb"; done
 }

@@ -147,7 +147,7 @@ def _vt_prepass_kernel(V, VT, BT, SEQ, CU, W, stride_vb, stride_vs, stride_vh, s
         v = tl.load(V + blk[:, None] * stride_vb + (keys % PAGE)[:, None] * stride_vs + h * stride_vh + d[None, :],
                     mask=ok[:, None], other=0.0)
         row = (b * HKV + h).to(tl.int64) * 128
-        tl.store(VT + (row + d[None, :]) * Lpad + keys[:, None], v, mask=(keys < Lpad)[:, None])
+        tl.store(VT + (row + d[None, :]) * Lpad + keys[:, None], v)      # keys < Lpad: the grid spans Lpad's tiles
 
 def _vt_prepass(v_cache, vt, block_table, seq_lens, cu_seqlens_q, window):
     nblk, page, Hkv, D = v_cache.shape
@@ -220,7 +220,10 @@ def regs240(src: str) -> str:
 
 def check_prepass(device) -> list:
     """The pre-pass's V^T against torch (a gather through the block table, transposed), byte for byte, on a varlen batch
-    of pages 16 and 64, global and windowed: every key a tile of the kernel reads, zeros past each sequence's end."""
+    of pages 16 and 64, global and windowed: every key a tile of the kernel reads, zeros past each sequence's end. The
+    block table is twice as wide as the longest sequence and the scratch as wide as that sequence (as `max_seqlen_k`
+    sizes it), with guard bytes after it that must stay untouched. A portable Triton kernel: it runs in the
+    interpreter too (`device="cpu"` with TRITON_INTERPRET=1)."""
     import torch
     from inkling_fp8kv.bench.attention_suites import paged_attention_inputs
     from inkling_fp8kv.numerics import E4M3_DTYPE
@@ -231,11 +234,13 @@ def check_prepass(device) -> list:
             inp = paged_attention_inputs(3, 700, 4, 300, E4M3_DTYPE, E=32, page=page, seed=page, device=device)
             seq = torch.tensor([700, 333, 129], dtype=torch.int32, device=device)
             cu = torch.tensor([0, 300, 420, 421], dtype=torch.int32, device=device)
-            bt, v = inp["block_table"], inp["v_cache"]
-            Lpad = -(-bt.shape[1] * page // 128) * 128
-            vt = torch.full((3 * 2 * 128, Lpad), 0x55, dtype=torch.uint8, device=device).view(E4M3_DTYPE)
+            v = inp["v_cache"]
+            bt = torch.cat([inp["block_table"], torch.zeros_like(inp["block_table"])], dim=1)    # as vLLM's: wider
+            Lpad = -(-700 // 128) * 128
+            buf = torch.full((3 * 2 * 128 * Lpad + 4096,), 0x55, dtype=torch.uint8, device=device)
+            vt = buf[:3 * 2 * 128 * Lpad].view(3 * 2 * 128, Lpad).view(E4M3_DTYPE)
             mod._vt_prepass(v, vt, bt, seq, cu, window)
-            got, bad = vt.view(torch.uint8), 0
+            got, bad = vt.view(torch.uint8), int((buf[3 * 2 * 128 * Lpad:] != 0x55).sum())      # the guard untouched
             for b in range(3):
                 n, q = int(seq[b]), int(cu[b + 1] - cu[b])
                 first = max(n - q - window + 1, 0) // 128 * 128 if window else 0

@@ -236,11 +236,12 @@ def check_prepass(device) -> list:
             cu = torch.tensor([0, 300, 420, 421], dtype=torch.int32, device=device)
             v = inp["v_cache"]
             bt = torch.cat([inp["block_table"], torch.zeros_like(inp["block_table"])], dim=1)    # as vLLM's: wider
-            Lpad = -(-700 // 128) * 128
-            buf = torch.full((3 * 2 * 128 * Lpad + 4096,), 0x55, dtype=torch.uint8, device=device)
-            vt = buf[:3 * 2 * 128 * Lpad].view(3 * 2 * 128, Lpad).view(E4M3_DTYPE)
+            Lpad = -(-int(seq.max()) // 128) * 128                     # as max_seqlen_k sizes it
+            n_vt = 3 * 2 * 128 * Lpad                                   # 3 requests x 2 KV heads x d
+            buf = torch.full((n_vt + 4096,), 0x55, dtype=torch.uint8, device=device)
+            vt = buf[:n_vt].view(3 * 2 * 128, Lpad).view(E4M3_DTYPE)
             mod._vt_prepass(v, vt, bt, seq, cu, window)
-            got, bad = vt.view(torch.uint8), int((buf[3 * 2 * 128 * Lpad:] != 0x55).sum())      # the guard untouched
+            got, bad = vt.view(torch.uint8), int((buf[n_vt:] != 0x55).sum())      # the guard bytes untouched
             for b in range(3):
                 n, q = int(seq[b]), int(cu[b + 1] - cu[b])
                 first = max(n - q - window + 1, 0) // 128 * 128 if window else 0

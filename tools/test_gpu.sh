@@ -201,7 +201,7 @@ rec = dict(gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "n
            notebooks=[dict(notebook=n, result="PASS" if rc == "0" else "FAIL", seconds=int(s)) for n, rc, s in rows],
            summary=summary, wall_seconds=int(wall))
 with open(path, "w") as f: json.dump(rec, f, indent=1); f.write("\n")
-'  "$record" "tools/test_gpu.sh ${args[*]}" "$jobs" "$OMP_NUM_THREADS" "$passed passed, $failed failed" "$wall" \
+' "$record" "tools/test_gpu.sh ${args[*]}" "$jobs" "$OMP_NUM_THREADS" "$passed passed, $failed failed" "$wall" \
   || echo "test_gpu.sh: could not write $record" >&2
 echo "wall time: $wall s; record: $record"
 echo "$passed passed, $failed failed"

@@ -94,10 +94,12 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, num_
     if fast_path or (fast_path is None and q.dtype == E4M3_DTYPE and config is None and q.device.type == "cuda"):
         from inkling_fp8kv import attention_sm90      # notebook 07c builds on this module: imported on first use
         # the automatic choice asks the (cheap) capability first: on a GPU it does not vouch for, no eligibility work
-        why = (attention_sm90.sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=kw["out"])
+        why = (attention_sm90.sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=kw["out"],
+                                            block_table=kw["block_table"], max_seqlen_k=max_seqlen_k)
                if fast_path or attention_sm90.auto_selects(q.device) else "not picked automatically here")
         if why is None:
-            return attention_sm90.launch_prefill_sm90(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, **kw)
+            return attention_sm90.launch_prefill_sm90(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q,
+                                                      max_seqlen_k=max_seqlen_k, **kw)
         if fast_path:
             raise NotImplementedError(f"fast_path=True, but the SM90 prefill kernel cannot run this call: {why}")
     return _launch_prefill(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, config=config, **kw)

@@ -105,7 +105,8 @@ _OPS = dict(instrs=None, LDL=r"^LDL", STL=r"^STL", MUFU=r"^MUFU", QGMMA=r"^QGMMA
 def hot_loops(sass: str) -> dict:
     """Opcode counts of the kernel's hot loops, from its SASS: the consumers' far-tile loop (12 QGMMA: Q.K^T's 4
     k-steps and P.V's 8, no bias load), their near-tile loop (12 QGMMA and the bias loads; "near_largest": the largest
-    such loop where there are several) and the producer's loop (TMA and the transpose's shared-memory stores); each the
+    such loop where there are several) and a producer loop that stores to shared memory (none in the shipped kernel,
+    whose producer only issues TMA copies); each the
     smallest loop (a backward branch's span) that matches."""
     found = {}
     for body in backward_loops(sass):

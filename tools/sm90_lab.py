@@ -40,12 +40,12 @@ def pingpong(src: str) -> str:
                "    qk = warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, "
                "is_async=True)\n"
                "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn\n")
-    src = edit(src, "def _consumer(cfg, keys, tiles, kv, vt, qt, WG: gl.constexpr):",
-               "def _consumer(cfg, keys, tiles, kv, vt, qt, turn, WG: gl.constexpr):")
+    src = edit(src, "def _consumer(cfg, keys, tiles, kv, qt, WG: gl.constexpr):",
+               "def _consumer(cfg, keys, tiles, kv, qt, turn, WG: gl.constexpr):")
     src = edit(src, "row_valid, False)", "row_valid, turn, WG, False)", count=None)
     src = edit(src, "row_valid, True)", "row_valid, turn, WG, True)", count=None)
-    src = edit(src, "    _init_ring(vt, 2)\n",
-               "    _init_ring(vt, 2)\n"
+    src = edit(src, "    _init_ring(kv, 2)\n",
+               "    _init_ring(kv, 2)\n"
                "    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())\n"
                "    for i in gl.static_range(2):\n"
                "        mbarrier.init(turn.index(i), count=1)\n")
@@ -54,8 +54,8 @@ def pingpong(src: str) -> str:
                "    mbarrier.arrive(turn.index(0), count=1)       # warpgroup 0 issues first\n"
                "    tiles = KVTiles(")
     for wg in (0, 1):
-        src = edit(src, f"(_consumer, (cfg, keys, tiles, kv, vt, qt, {wg}))",
-                   f"(_consumer, (cfg, keys, tiles, kv, vt, qt, turn, {wg}))")
+        src = edit(src, f"(_consumer, (cfg, keys, tiles, kv, qt, {wg}))",
+                   f"(_consumer, (cfg, keys, tiles, kv, qt, turn, {wg}))")
     return src
 
 # ---- Q as Q.K^T's register operand: loaded from shared memory once, instead of read by every tile's wgmma --------
@@ -63,26 +63,11 @@ def q_regs(src: str) -> str:
     return edit(src, "    q_wg = qt.q_smem.index(WG)\n",
                 "    q_wg = qt.q_smem.index(WG).load(gl.DotOperandLayout(operand_index=0, parent=cfg.s_layout, k_width=4))\n")
 
-# ---- the consumers at 224 registers: the producer warpgroup's share rises from 40 to 56 (its transpose spills at 40) --
-def regs224(src: str) -> str:
-    return edit(src, "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 232, 168", "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 224, 168")
-
-# ---- three V^T buffers: the producer may run two tiles ahead of the slower consumer instead of one ------------------
-def vt3(src: str) -> str:
-    src = edit(src, "tiles.vt_smem.index(j % 2)", "tiles.vt_smem.index(j % 3)", count=2)
-    src = edit(src, "[2, HEAD_DIM, BLOCK_N], smem_layout)", "[3, HEAD_DIM, BLOCK_N], smem_layout)")
-    return edit(src, "    vt = _alloc_ring(2)", "    vt = _alloc_ring(3)")
-
-# ---- ablation: no V transpose (P.V reads whatever V^T holds: wrong outputs; times the rest of the kernel) ----------
-def no_transpose(src: str) -> str:
-    return edit(src, "        _transpose_v(tiles.v_smem.index(j % cfg.STAGES), tiles.vt_smem.index(j % 2), "
-                     "keys.lo + j * cfg.BLOCK_N,\n                     keys.kv_len, cfg.BLOCK_N)\n", "")
-
 # ---- interior tiles: near the diagonal, the tiles where every row's keys are within [pos - E + 1, pos] (and the
 # window) add the bias with no mask; the masked code runs only on the band's edge and the diagonal --------------------
 def interior_bias(src: str) -> str:
-    src = edit(src, "def _tile(cfg, keys, tiles, kv, vt, qt, acc0,", "def _tile(cfg, keys, tiles, kv, vt, qt, INTERIOR: gl.constexpr, acc0,")
-    src = edit(src, "_tile(cfg, keys, tiles, kv, vt, qt, acc0,", "_tile(cfg, keys, tiles, kv, vt, qt, False, acc0,", count=2)
+    src = edit(src, "def _tile(cfg, keys, tiles, kv, qt, acc0,", "def _tile(cfg, keys, tiles, kv, qt, INTERIOR: gl.constexpr, acc0,")
+    src = edit(src, "_tile(cfg, keys, tiles, kv, qt, acc0,", "_tile(cfg, keys, tiles, kv, qt, False, acc0,", count=2)
     old = """        in_e = (d >= 0) & (d < qt.E) & row_valid[:, None]
         rel = gl.load(qt.REL + rel_off[:, None] + d, mask=in_e, other=0.0).to(gl.float32)
         vis = (d >= 0) & (offs_n < keys.kv_len)[None, :]
@@ -101,7 +86,7 @@ def interior_bias(src: str) -> str:
     pos = qt.pos0 + tok_c
     rel_off = (qt.q_start + tok_c) * qt.stride_rt""")
     old = """    for j in range(keys.n_far, keys.n_tiles):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, vt, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
                                      row_valid, True)
 """
     new = """    # this warpgroup's positions (its rows past the end count as its last); tiles j_a <= j < j_b are interior
@@ -112,105 +97,16 @@ def interior_bias(src: str) -> str:
     j_a = gl.minimum(j_a, keys.n_tiles)
     j_b = gl.maximum(gl.minimum(keys.n_tiles, gl.maximum(qt.pos0 + tok_lo + 1 - keys.lo, 0) // cfg.BLOCK_N), j_a)
     for j in range(keys.n_far, j_a):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, vt, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
                                      row_valid, True)
     for j in range(j_a, j_b):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, vt, qt, True, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, True, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
                                      row_valid, True)
     for j in range(j_b, keys.n_tiles):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, vt, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
                                      row_valid, True)
 """
     return edit(src, old, new)
-
-# ---- V^T by a pre-pass: a portable Triton kernel writes each request's V transposed, [Hkv, 128, keys], into a scratch
-# buffer once per call; the kernel loads V^T tiles by TMA into the V ring stage (no in-kernel transpose, no V^T buffers)
-# and the consumers release a stage after P.V. Bound by the "no transpose" ablation plus the pre-pass's copy. ----------
-PREPASS = """
-
-@triton.jit
-def _vt_prepass_kernel(V, VT, BT, SEQ, CU, W, stride_vb, stride_vs, stride_vh, stride_btb, Lpad,
-                       HKV: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, BLOCK: tl.constexpr):
-    # keys t*BLOCK ... of request b, KV head h: V [keys, 128] from the pages -> VT rows (b*HKV + h)*128 + d; keys past
-    # the sequence are written as zeros (the last tile's tail reaches P.V); tiles before the window's first are skipped
-    t, b, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    kv_len = tl.load(SEQ + b)
-    k0 = t * BLOCK
-    first = 0
-    if HAS_WINDOW:
-        first = tl.maximum(kv_len - (tl.load(CU + b + 1) - tl.load(CU + b)) - W + 1, 0) // BLOCK * BLOCK
-    if (k0 < kv_len) & (k0 + BLOCK > first):
-        keys = k0 + tl.arange(0, BLOCK)
-        d = tl.arange(0, 128)
-        ok = keys < kv_len
-        blk = tl.load(BT + b.to(tl.int64) * stride_btb + keys // PAGE, mask=ok, other=0).to(tl.int64)
-        v = tl.load(V + blk[:, None] * stride_vb + (keys % PAGE)[:, None] * stride_vs + h * stride_vh + d[None, :],
-                    mask=ok[:, None], other=0.0)
-        row = (b * HKV + h).to(tl.int64) * 128
-        tl.store(VT + (row + d[None, :]) * Lpad + keys[:, None], v)      # keys < Lpad: the grid spans Lpad's tiles
-
-def _vt_prepass(v_cache, vt, block_table, seq_lens, cu_seqlens_q, window):
-    nblk, page, Hkv, D = v_cache.shape
-    sb, sp, sh, _ = v_cache.stride()
-    _vt_prepass_kernel[(vt.shape[1] // 128, seq_lens.shape[0], Hkv)](
-        v_cache, vt, block_table, seq_lens, cu_seqlens_q, window or 0, sb, sp, sh, block_table.stride(0), vt.shape[1],
-        HKV=Hkv, PAGE=page, HAS_WINDOW=window is not None, BLOCK=128, num_warps=4)
-    return vt
-"""
-
-def vt_prepass(src: str) -> str:
-    src = edit(src, "    col_head: _scalar\n    k_smem", "    col_head: _scalar\n    vt_row: _scalar\n    k_smem")
-    src = edit(src, "col_head, k_smem, v_smem, vt_smem):\n", "col_head, k_smem, v_smem, vt_smem, vt_row):\n")
-    src = edit(src, "        self.k_smem, self.v_smem, self.vt_smem = k_smem, v_smem, vt_smem\n",
-               "        self.k_smem, self.v_smem, self.vt_smem = k_smem, v_smem, vt_smem\n        self.vt_row = _field(vt_row)\n")
-    src = edit(src, """            v_dst = tiles.v_smem.index(s).slice(sub * cfg.BOX, cfg.BOX)
-            tma.async_copy_global_to_shared(tiles.k_desc, [row, tiles.col_head], bar, k_dst)
-            tma.async_copy_global_to_shared(tiles.v_desc, [row, tiles.col_head], bar, v_dst)
-""", """            tma.async_copy_global_to_shared(tiles.k_desc, [row, tiles.col_head], bar, k_dst)
-        tma.async_copy_global_to_shared(tiles.v_desc, [tiles.vt_row, j0], bar, tiles.v_smem.index(s))   # V^T tile
-""")
-    # the producer's loop keeps only its TMA issue: from its wait for tile j through V^T's ready mark, all goes
-    src, n = re.subn(r"\n        kv\.wait_ready\(j\)\n        vt\.wait_free\(j\).*?\n        vt\.mark_ready\(j\)\n", "\n", src,
-                     flags=re.S)
-    if n != 1: raise ValueError(f"the producer's transpose block: {n} matches, expected 1")
-    src = edit(src, "    qk = warpgroup_mma_wait(0, deps=(qk,))\n    kv.release(j)\n", "    qk = warpgroup_mma_wait(0, deps=(qk,))\n")
-    src = edit(src, "    vt.wait_ready(j)\n    vt_j = tiles.vt_smem.index(j % 2)\n", "    vt_j = tiles.v_smem.index(j % cfg.STAGES)\n")
-    src = edit(src, "    vt.release(j)\n    acc0 = acc0 * a_o + pv0", "    kv.release(j)               # K and V^T both read\n    acc0 = acc0 * a_o + pv0")
-    src = edit(src, "    vt_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, HEAD_DIM, BLOCK_N], smem_layout)\n",
-               "    vt_smem = k_smem            # no V^T buffers: V^T arrives by TMA in the V ring\n")
-    src = edit(src, "                    k_smem, v_smem, vt_smem)\n",
-               "                    k_smem, v_smem, vt_smem, (b * gl.num_programs(2) + hkv) * HEAD_DIM)\n")
-    src = edit(src, """    k_desc, v_desc = (TensorDescriptor(c, list(c.shape), list(c.stride()), [box, D], smem) for c in (k2, v2))
-""", """    k_desc = TensorDescriptor(k2, list(k2.shape), list(k2.stride()), [box, D], smem)
-    # V^T scratch: rows (request, KV head, d), keys along a row padded to whole 128-key tiles; filled by _vt_prepass.
-    # As wide as the longest sequence when the caller knows it (max_seqlen_k), else as the block table (vLLM's spans
-    # max_model_len: a scratch of requests x KV heads x 128 x max_model_len bytes)
-    width = block_table.shape[1] * page if max_seqlen_k is None else min(max_seqlen_k, block_table.shape[1] * page)
-    vt = torch.empty(seq_lens.shape[0] * Hkv * D, triton.cdiv(width, _BLOCK_N) * _BLOCK_N, dtype=v_cache.dtype,
-                     device=q.device)
-    v_desc = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), [D, _BLOCK_N], smem)
-""")
-    src = edit(src, """    grid, args, meta = _launch_args(q, k_cache, v_cache, rel_logits, out=out, **kw)
-""", """    grid, args, meta = _launch_args(q, k_cache, v_cache, rel_logits, out=out, **kw)
-    _vt_prepass(v_cache, args[2].base, kw["block_table"], kw["seq_lens"], kw["cu_seqlens_q"], kw["window"])
-""")
-    # the scratch's width: the longest sequence, from the caller (rel_attention has it as max_seqlen_k)
-    src = edit(src, "                 window, v_scale, threshold, out) -> tuple:\n",
-               "                 window, v_scale, threshold, out, max_seqlen_k=None) -> tuple:\n")
-    src = edit(src, "                 window=None, v_scale=1.0, threshold=SAFE_RESCALE_THRESHOLD, out=None) -> torch.Tensor:\n",
-               "                 window=None, v_scale=1.0, threshold=SAFE_RESCALE_THRESHOLD, out=None,\n"
-               "                 max_seqlen_k=None) -> torch.Tensor:\n")
-    src = edit(src, "    `sm90_eligible` refuses.\"\"\"\n",
-               "    `sm90_eligible` refuses. `max_seqlen_k`, the longest sequence (an upper bound), sizes the V^T scratch;\n"
-               "    None sizes it by the block table.\"\"\"\n")
-    src = edit(src, "    if window is not None and not (isinstance(window, int) and window >= 1):\n",
-               "    if max_seqlen_k is not None and not (isinstance(max_seqlen_k, int) and max_seqlen_k >= 1):\n"
-               "        raise ValueError(f\"max_seqlen_k must be None or an int >= 1, got {max_seqlen_k!r}\")\n"
-               "    if window is not None and not (isinstance(window, int) and window >= 1):\n")
-    src = edit(src, "                               window=window, v_scale=float(v_scale), threshold=float(threshold), out=out)\n",
-               "                               window=window, v_scale=float(v_scale), threshold=float(threshold), out=out,\n"
-               "                               max_seqlen_k=max_seqlen_k)\n")
-    return edit(src, "import triton\n", "import triton\nimport triton.language as tl\n") + PREPASS
 
 def stages4(src: str) -> str:
     return edit(src, "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4,", "_CONSUMER_REGS, _MAXNREG = 128, 128, 4, 4,")
@@ -218,63 +114,16 @@ def stages4(src: str) -> str:
 def regs240(src: str) -> str:
     return edit(src, "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 232, 168", "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 240, 168")
 
-def check_prepass(device) -> list:
-    """The pre-pass's V^T against torch (a gather through the block table, transposed), byte for byte, on a varlen batch
-    of pages 16 and 64, global and windowed: every key a tile of the kernel reads, zeros past each sequence's end. The
-    block table is twice as wide as the longest sequence and the scratch as wide as that sequence (as `max_seqlen_k`
-    sizes it), with guard bytes after it that must stay untouched. A portable Triton kernel: it runs in the
-    interpreter too (`device="cpu"` with TRITON_INTERPRET=1)."""
-    import torch
-    from inkling_fp8kv.bench.attention_suites import paged_attention_inputs
-    from inkling_fp8kv.numerics import E4M3_DTYPE
-    with tempfile.TemporaryDirectory() as tmp:
-        mod = load_variant(write_variant("vt_prepass", Path(tmp)))
-        rows = []
-        for page, window in ((16, None), (64, None), (16, 100)):
-            inp = paged_attention_inputs(3, 700, 4, 300, E4M3_DTYPE, E=32, page=page, seed=page, device=device)
-            seq = torch.tensor([700, 333, 129], dtype=torch.int32, device=device)
-            cu = torch.tensor([0, 300, 420, 421], dtype=torch.int32, device=device)
-            v = inp["v_cache"]
-            bt = torch.cat([inp["block_table"], torch.zeros_like(inp["block_table"])], dim=1)    # as vLLM's: wider
-            Lpad = -(-int(seq.max()) // 128) * 128                     # as max_seqlen_k sizes it
-            n_vt = 3 * 2 * 128 * Lpad                                   # 3 requests x 2 KV heads x d
-            buf = torch.full((n_vt + 4096,), 0x55, dtype=torch.uint8, device=device)
-            vt = buf[:n_vt].view(3 * 2 * 128, Lpad).view(E4M3_DTYPE)
-            mod._vt_prepass(v, vt, bt, seq, cu, window)
-            got, bad = vt.view(torch.uint8), int((buf[n_vt:] != 0x55).sum())      # the guard bytes untouched
-            for b in range(3):
-                n, q = int(seq[b]), int(cu[b + 1] - cu[b])
-                first = max(n - q - window + 1, 0) // 128 * 128 if window else 0
-                j = torch.arange(n, device=device)
-                keys = v.view(torch.uint8)[bt[b, j // page].long(), j % page]          # [n, Hkv, 128]
-                for h in range(2):
-                    rows_ = got[(b * 2 + h) * 128:(b * 2 + h + 1) * 128]
-                    bad += int((rows_[:, first:n] != keys[first:, h].T).sum())
-                    bad += int((rows_[:, n:-(-n // 128) * 128] != 0).sum())
-            rows.append(dict(page=page, window=window, mismatched_bytes=bad))
-    return rows
-
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical)
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
                              "runs under the other's MMAs", True),
     "q_regs": ([q_regs], "Q in registers as Q.K^T's A operand: 16 KB less shared-memory traffic per tile", True),
-    "pingpong+q_regs": ([pingpong, q_regs], "both", True),
-    "regs224": ([regs224], "consumers at 224 registers, the producer at 56 (40 shipped)", True),
-    "vt3": ([vt3], "three V^T buffers", True),
-    "pingpong+vt3": ([pingpong, vt3], "both", True),
-    "pingpong+regs224": ([pingpong, regs224], "both", True),
     "interior": ([interior_bias], "near tiles wholly inside every row's bias band add the bias unmasked", True),
     "pingpong+interior": ([interior_bias, pingpong], "both", True),
-    "vt_prepass": ([vt_prepass], "V^T written once per call by a Triton pre-pass, loaded by TMA: no in-kernel "
-                                 "transpose", True),
-    "pingpong+vt_prepass": ([vt_prepass, pingpong], "both", True),
-    "pingpong+interior+vt_prepass": ([vt_prepass, interior_bias, pingpong], "all three", True),
-    "pingpong+interior+vt_prepass+stages4": ([vt_prepass, interior_bias, pingpong, stages4], "four K/V^T stages", True),
-    "pingpong+interior+vt_prepass+regs240": ([vt_prepass, interior_bias, pingpong, regs240], "consumers at 240 "
-                                             "registers (the producer only issues TMA)", True),
-    "ablation: no transpose": ([no_transpose], "the producer does not transpose V: wrong outputs, times the rest", None),
-    "ablation: pingpong, no transpose": ([pingpong, no_transpose], "as above, with the ping-pong", None),
+    "stages4": ([stages4], "four K/V^T stages", True),
+    "regs240": ([regs240], "consumers at 240 registers (the producer only issues TMA)", True),
+    "pingpong+interior+regs240": ([interior_bias, pingpong, regs240], "all three", True),
 }
 
 def variant_source(name: str) -> str:
@@ -546,8 +395,6 @@ def _table(res: dict) -> str:
     lines = []
     for r in res.get("timed", []):
         if "us" in r: lines.append(f"{r['case']:30s} {r['variant']:34s} {r['us']:9.1f} us {r['tflops']:6.0f} TFLOP/s")
-    for c in res.get("prepass_check", []):
-        lines.append(f"V^T pre-pass, page {c['page']}, window {c['window']}: {c['mismatched_bytes']} bytes differ from torch")
     for n, p in res.get("preflight", {}).items():
         if not p["ok"]: lines.append(f"preflight {n:30s} FAILED: {p['why'][-200:]}")
     for c in res.get("checks", []):
@@ -597,9 +444,6 @@ def main(argv=None) -> int:
         ids = fold(a.fold)
         print(f"{a.fold}: {len(ids)} cells of nbs/07c_attention_sm90.ipynb changed ({', '.join(ids)}); now run "
               "nbdev_export, then the 07c/07/08 tests on the H200 and tools/sm90_compile.py --record")
-        if "max_seqlen_k" in variant_source(a.fold).split("def prefill_sm90", 1)[1].split(")", 1)[0]:
-            print("its prefill_sm90 takes max_seqlen_k: pass it from rel_attention's dispatch too (notebook 07, "
-                  "launch_prefill_sm90's call), or its scratch is sized by the block table")
         return 0
     if a.compile_decode:
         for r in decode_compile_stats():
@@ -658,8 +502,6 @@ def main(argv=None) -> int:
             print(f"[{time.time() - t0:5.0f}s] {len(mods) - 1} variants built and checked", file=sys.stderr, flush=True)
             res["timed"] = time_variants(mods, t0 + a.budget - 60 * (not a.no_decode))
             save()
-    res["prepass_check"] = check_prepass(device)
-    save()
     if not a.no_decode:
         res["decode"] = decode_sweep(device, smoke=a.smoke, budget_s=max(60.0, t0 + a.budget - time.time()),
                                      shapes=a.decode_shapes)

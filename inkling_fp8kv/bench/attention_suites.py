@@ -11,7 +11,7 @@ __all__ = ['SDPA_BACKENDS', 'PEER_HEADS', 'PEER_CASES', 'PEER_CASES_QUICK', 'PEE
            'attention_grid_suite', 'decode_splits_suite']
 
 # %% ../../nbs/15c_bench_attention.ipynb #eb8485a3
-import contextlib, itertools, math, time
+import contextlib, gc, itertools, math, time
 import torch
 import triton
 from ..numerics import E4M3_DTYPE
@@ -280,12 +280,17 @@ SM90_SMOKE = dict(cases={"global 48 x 160": (1, 48, 160, None, "replay"),
                   grid_prefill=((48, 160),), grid_decode=((2, 160),), heads=dict(Hkv=2, E=32), Hq=(4,))
 
 def _time_mode(fn, device, mode: str) -> dict:
-    "`us` and the timing it was taken with; a call that a CUDA graph cannot capture is timed eagerly and says why."
+    """`us` and the timing it was taken with; a call that a CUDA graph cannot capture is timed eagerly and says why.
+    The eager timing runs after the failed capture is released (the exception's traceback holds it), so that its
+    memory pool is not held through the eager calls (an 80 GB card ran out of memory there for Flex at decode B=32)."""
     try: return dict(us=time_us(fn, timing_for(device, mode)), timing=timing_for(device, mode))
     except Exception as e:
         if timing_for(device, mode) != "replay": raise
-        torch.cuda.synchronize()
-        return dict(us=time_us(fn, "eager"), timing="eager", graph_error=_err(e))
+        why = _err(e)
+    gc.collect()                      # outside the handler: nothing refers to the failed graph now
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return dict(us=time_us(fn, "eager"), timing="eager", graph_error=why)
 
 def _rate(row: dict, Hkv: int, kv_dtype) -> dict:
     "TFLOP/s over the visible pairs of a prefill; TB/s of K and V bytes read for a decode."

@@ -220,8 +220,7 @@ def _inputs(B, Sq, kv, Hq, page, window, varlen=False, seed=0):
     return inp
 
 def _call(mod, inp, window, out):
-    kw = {k: inp[k] for k in ("block_table", "seq_lens", "cu_seqlens_q", "max_seqlen_q")}
-    if "max_seqlen_k" in inspect.signature(mod.prefill_sm90).parameters: kw["max_seqlen_k"] = inp["max_seqlen_k"]
+    kw = {k: inp[k] for k in ("block_table", "seq_lens", "cu_seqlens_q", "max_seqlen_q", "max_seqlen_k")}
     return lambda: mod.prefill_sm90(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], **kw,
                                     softmax_scale=1 / 128, window=window, out=out)
 

@@ -274,6 +274,22 @@ def decode_candidates(smoke: bool = False) -> list:
     return [dict(block_n=n, num_warps=w, num_stages=s, perm_v=p)
             for n, w, s, p in itertools.product((16, 32, 64), (1, 2, 4), (2, 3, 4, 5), (False, True))]
 
+DECODE_KEYS = ("block_n", "num_warps", "num_stages", "split_waves", "perm_v", "lazy_skip")
+
+def decode_grid(spec: str) -> list:
+    """Stage-1 candidates from 'block_n=16,32 num_stages=5 split_waves=4,8,16': the product of the listed values (keys of
+    `DECODE_KEYS`; perm_v and lazy_skip take 0/1). A grid that names split_waves has no stage 2."""
+    axes = {}
+    for item in spec.split():
+        key, _, vals = item.partition("=")
+        if key not in DECODE_KEYS or not vals:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected KEY=V1,V2 with KEY one of {', '.join(DECODE_KEYS)}")
+        try: vs = [int(v) for v in vals.split(",")]
+        except ValueError: raise argparse.ArgumentTypeError(f"{item!r}: values must be whole numbers") from None
+        axes[key] = [bool(v) for v in vs] if key in ("perm_v", "lazy_skip") else vs
+    if not axes: raise argparse.ArgumentTypeError("an empty grid")
+    return [dict(zip(axes, vals)) for vals in itertools.product(*axes.values())]
+
 def decode_shapes(spec: str) -> list:
     "`DECODE`-style shapes from 'B:KV,...' (KV in keys, a K suffix for 1024s): '8:32K,16:64K'."
     out = []
@@ -287,9 +303,10 @@ def decode_shapes(spec: str) -> list:
     return out
 
 def decode_sweep(device="cuda", *, smoke: bool = False, budget_s: float = 420, top: int = 4,
-                 waves=(2, 4, 8, 16, 32, 64), shapes=None) -> list:
-    """Each decode shape: a copy of its K/V bytes, the shipped pick, then stage 1 (`decode_candidates` at the shipped
-    split waves) and stage 2 (the `top` fastest of stage 1 at each of `waves`), as CUDA-graph replays."""
+                 waves=(2, 4, 8, 16, 32, 64), shapes=None, grid=None) -> list:
+    """Each decode shape: a copy of its K/V bytes, the shipped pick, then stage 1 (`grid`, else `decode_candidates`, at
+    the shipped split waves unless the grid names them) and stage 2 (the `top` fastest of stage 1 at each of `waves`;
+    none when the grid names split_waves), as CUDA-graph replays."""
     import torch
     from inkling_fp8kv.bench.harness import time_us, timing_for
     from inkling_fp8kv.bench.attention_suites import paged_attention_inputs, ours, kv_bytes, copy_row
@@ -312,8 +329,9 @@ def decode_sweep(device="cuda", *, smoke: bool = False, budget_s: float = 420, t
             rows.append(dict(case=case, B=B, kv=kv, stage=stage, config={**shipped, **(cfg or {})}, us=us, tbps=tbps,
                              of_copy=tbps / copy["tbps"], timing=mode))
         run(None, f"shipped ({name})")
-        for cfg in decode_candidates(smoke): run(cfg, "1")
-        best = sorted((r for r in rows if r.get("case") == case and r.get("stage") == "1" and "us" in r),
+        for cfg in grid or decode_candidates(smoke): run(cfg, "1")
+        stage2 = not (grid and any("split_waves" in g for g in grid))
+        best = [] if not stage2 else sorted((r for r in rows if r.get("case") == case and r.get("stage") == "1" and "us" in r),
                       key=lambda r: r["us"])[:top]
         for r in best:
             for w in (waves[:1] if smoke else waves):
@@ -400,7 +418,7 @@ def _table(res: dict) -> str:
         bad = [x for x in c["rows"] if not x["finite"] or (c["exact"] and not x["identical"])
                or x["rel_fro_vs_portable"] > max(1.5 * x["shipped_rel_fro_vs_portable"], x["shipped_rel_fro_vs_portable"] + 2e-3)]
         lines.append(f"check {c['variant']:34s} {'FAILED ' + str(len(bad)) if bad else 'ok'}")
-    for case, *_ in DECODE + DECODE_SMOKE:
+    for case in dict.fromkeys(r["case"] for r in res.get("decode", [])):
         rs = [r for r in res.get("decode", []) if r.get("case") == case and "of_copy" in r]
         if rs:
             ship, best = rs[0], max(rs, key=lambda r: r["of_copy"])
@@ -423,6 +441,9 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-shapes", metavar="B:KV,...", type=decode_shapes, default=None,
                     help="the decode sweep's shapes instead of the issue's three (B=32 64K, B=8 128K, B=1 64K), "
                          "e.g. 4:128K,8:32K,16:64K")
+    ap.add_argument("--decode-grid", metavar="'KEY=V,... ...'", type=decode_grid, default=None,
+                    help="the decode sweep's stage-1 candidates instead of its 72-launch grid, e.g. 'block_n=16,32 "
+                         "num_stages=5 split_waves=4,8,16' (keys: " + ", ".join(DECODE_KEYS) + ")")
     ap.add_argument("--budget", type=float, default=540, help="seconds for the whole run (default 540: one 10-minute "
                                                                 "device call with room to start); what is left out says "
                                                                 "so. The prefill timing comes before the decode sweep, "
@@ -503,7 +524,7 @@ def main(argv=None) -> int:
             save()
     if not a.no_decode:
         res["decode"] = decode_sweep(device, smoke=a.smoke, budget_s=max(60.0, t0 + a.budget - time.time()),
-                                     shapes=a.decode_shapes)
+                                     shapes=a.decode_shapes, grid=a.decode_grid)
     save()
     print(_table(res))
     print(f"-> {out / 'sm90_lab.json'} ({time.time() - t0:.0f} s)")

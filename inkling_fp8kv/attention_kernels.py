@@ -30,11 +30,16 @@ def key_range(pos_min, kv_len, E, W, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexp
 # %% ../nbs/06a_attention_kernels.ipynb #87280717
 @triton.jit
 def _kv_tile(K, V, bt_row, num_blocks, kv_len, j0, stride_ks, stride_kb, stride_vs, stride_vb,
-             kv_head_off_k, kv_head_off_v, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr):
-    # keys j0 .. j0 + BLOCK_N of one KV head from the paged caches; rows at or past kv_len read as zeros
+             kv_head_off_k, kv_head_off_v, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
+             FULL: tl.constexpr = False):
+    # keys j0 .. j0 + BLOCK_N of one KV head from the paged caches; rows at or past kv_len read as zeros.
+    # FULL: the caller knows every key of the tile is below kv_len (a far tile), so nothing is masked
     offs_n = j0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    kv_ok = offs_n < kv_len
+    if FULL:
+        kv_ok = tl.full([BLOCK_N], 1, tl.int1)
+    else:
+        kv_ok = offs_n < kv_len
     if BLOCK_N <= PAGE:
         # the whole tile lies in one page: one block-table read, rows at a constant stride
         blk = tl.load(bt_row + j0 // PAGE).to(tl.int64)
@@ -148,7 +153,7 @@ def _prefill_kernel(Q, K, V, REL, OUT, BT, SEQ, CU,
     for it in range(0, n_far):
         j0 = lo + it * BLOCK_N
         k, v = _kv_tile(K, V, bt_row, num_blocks, kv_len, j0, stride_ks, stride_kb, stride_vs, stride_vb, kh, vh,
-                        BLOCK_N, HEAD_DIM, PAGE)
+                        BLOCK_N, HEAD_DIM, PAGE, FULL=True)
         acc, l_i, m_i = _tile(q, k, v, acc, l_i, m_i, REL, kv_len, j0, pos, tok_rel_off, row_valid, sm_scale_log2,
                               threshold, E, W, BLOCK_N, False, HAS_WINDOW, IS_FP8, P_OFFSET, INTERP, LAZY_SKIP)
     for j0 in range(lo + n_far * BLOCK_N, hi, BLOCK_N):
@@ -201,7 +206,7 @@ def _decode_split_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
     # PERM_V: V's columns reordered, d = 32a + 4c + r -> 32a + 8r + c (undone on the output): "The V operand in decode"
     for j0 in range(start, far_end, BLOCK_N):
         k, v = _kv_tile(K, V, bt_row, num_blocks, kv_len, j0, stride_ks, stride_kb, stride_vs, stride_vb, kh, vh,
-                        BLOCK_N, HEAD_DIM, PAGE)
+                        BLOCK_N, HEAD_DIM, PAGE, FULL=True)
         if PERM_V:
             v = _swap_cols(v, BLOCK_N, HEAD_DIM, 8, 4)
         acc, l_i, m_i = _tile(q, k, v, acc, l_i, m_i, REL, kv_len, j0, pos, tok_rel_off, row_valid, sm_scale_log2,

@@ -387,64 +387,16 @@ def decode_compile_stats(configs=None) -> list:
     return out
 
 def decode_gluon_probe_stats() -> list:
-    """A probe, not a kernel: split-KV decode's far loop written in Gluon for one warp (Q kept in registers, K loaded
-    straight into `mma_v2`'s e4m3 operand layout, V loaded row-major and converted to it), compiled for sm_90a with
-    32-key tiles: its SASS per tile, as `decode_compile_stats` counts the shipped loop's. No bias, paging or
-    masks: it measures what the operand path costs, to weigh a Gluon decode against the Triton one before writing it."""
-    import collections, triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.ampere import mma_v2
-    from triton.experimental.gluon._runtime import GluonASTSource
+    """The lab's Gluon split-KV decode (`tools/sm90_decode_lab.py`, not shipped) compiled for sm_90a like the shipped
+    launches, page 64: its far loop per 32-key tile, in `decode_compile_stats`'s row format."""
     sys.path.insert(0, str(ROOT / "tools"))
-    from sm90_compile import backward_loops, cuobjdump
-
-    @gluon.jit
-    def far_loop(Q, K, V, O, n_tiles, stride_ks, stride_vs, sm_scale_log2, BLOCK_N: gl.constexpr):
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
-        la: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=16)
-        lb: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=16)
-        rows: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [1, 1], [1, 0])
-        r = gl.arange(0, 16, layout=gl.SliceLayout(1, la))
-        d = gl.arange(0, 128, layout=gl.SliceLayout(0, la))
-        q = gl.load(Q + r[:, None] * 128 + d[None, :], mask=(r < 8)[:, None], other=0.0)    # 8 heads, 16 rows
-        m_i = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(1, mma))
-        l_i = gl.zeros([16], gl.float32, gl.SliceLayout(1, mma))
-        acc = gl.zeros([16, 128], gl.float32, mma)
-        dk = gl.arange(0, 128, layout=gl.SliceLayout(1, lb))
-        nk = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, lb))
-        nv = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rows))
-        dv = gl.arange(0, 128, layout=gl.SliceLayout(0, rows))
-        for it in range(n_tiles):
-            j0 = it * BLOCK_N
-            kt = gl.load(K + (j0 + nk)[None, :] * stride_ks + dk[:, None])                     # K^T, d-contiguous
-            s = mma_v2(q, kt, gl.zeros([16, BLOCK_N], gl.float32, mma)) * sm_scale_log2
-            m_new = gl.maximum(m_i, gl.max(s, 1))
-            alpha = gl.exp2(m_i - m_new)
-            p8 = gl.minimum(gl.exp2(s - m_new[:, None] + 8.0), 448.0).to(gl.float8e4nv)
-            l_i = l_i * alpha + gl.sum(p8.to(gl.float32), 1)
-            m_i = m_new
-            v = gl.convert_layout(gl.load(V + (j0 + nv)[:, None] * stride_vs + dv[None, :]), lb)
-            acc = mma_v2(gl.convert_layout(p8, la), v, acc * alpha[:, None])
-        ro = gl.arange(0, 16, layout=gl.SliceLayout(1, mma))
-        do = gl.arange(0, 128, layout=gl.SliceLayout(0, mma))
-        gl.store(O + ro[:, None] * 128 + do[None, :], acc / l_i[:, None])
-
-    names, block_n = far_loop.arg_names, 32
-    sig = {n: dict(Q="*fp8e4nv", K="*fp8e4nv", V="*fp8e4nv", O="*fp32", BLOCK_N="constexpr").get(
-        n, "fp32" if n == "sm_scale_log2" else "i32") for n in names}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("Q", "K", "V", "O", "stride_ks", "stride_vs")}
-    k = triton.compile(GluonASTSource(far_loop, sig, {(names.index("BLOCK_N"),): block_n}, attrs),
-                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=1))
-    sass = cuobjdump(k, "-sass")
-    ops = min((collections.Counter(t.split()[0].split(".")[0] for t in body) for body in backward_loops(sass)),
-              key=lambda c: c.total())
-    n = ops.total()
-    return [dict(config="gluon mma_v2 probe", fp8=True, launch=dict(block_n=block_n, num_warps=1), instrs=n, bytes_per_tile=2 * block_n * 128,
-                 warp_instrs_per_kb=round(1024 * n / (2 * block_n * 128), 1), mma=ops["HMMA"], f2fp=ops["F2FP"],
-                 prmt=ops["PRMT"], imad=ops["IMAD"], lds=ops["LDS"], spills=len(re.findall(r"\b(?:LDL|STL)\b", sass)),
-                 ptx_mma=sorted(set(re.findall(r"mma\.sync\.aligned\.([\w.]+)", k.asm["ptx"]))))]
+    from sm90_decode_lab import compile_stats
+    (r,) = compile_stats(block_ns=(32,), pages=(64,))
+    far = r["loops"][0]                                           # the smallest loop with MMAs: far tiles, no bias
+    return [dict(config="gluon decode (lab)", fp8=True, launch=dict(block_n=32, num_warps=1), instrs=far["instrs"],
+                 bytes_per_tile=2 * 32 * 128, warp_instrs_per_kb=far["warp_instrs_per_kb"], mma=far["HMMA"],
+                 f2fp=far["F2FP"], prmt=far["PRMT"], imad=far["IMAD"], spills=r["spills"], shared=r["shared"],
+                 ptx_mma=r["ptx_mma"])]
 
 def warm_timed(mod) -> None:
     "Compile `mod`'s builds that `TIMED` uses (page 64, each window) with one small call each: timing finds them built."
@@ -495,7 +447,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-decode", action="store_true", help="split-KV decode's shipped launches compiled for "
                                                                   "sm_90a (no GPU): the far-tile loop's instructions "
                                                                   "per tile and per KB read, MMAs, e4m3 conversions; "
-                                                                  "then a Gluon mma_v2 probe of the same loop")
+                                                                  "then the lab's Gluon decode (sm90_decode_lab.py)")
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode sweep")
     ap.add_argument("--no-prefill", action="store_true", help="skip the prefill variants")

@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""A lab prototype of split-KV decode in Gluon for SM90, checked against the shipped (portable Triton) decode and timed
+beside it in one GPU call. Not used by the package: a measured winner is written into notebook 07 by hand.
+
+What it changes against `_decode_split_kernel` (notebook 06a), for one warp per (request, KV head, split) as there:
+Q stays in registers as the A operand of `mma_v2`; each K tile is loaded from the paged cache straight into the e4m3
+B-operand layout (d-contiguous, 16-byte vectors); V is loaded row-major and converted in registers. No cp.async
+pipeline and no shared memory beyond the layout conversions: latency is hidden by the programs resident per SM, as in
+a bf16 decode (a register prefetch of the next tile, tried offline, spilled 1,935 times at 32-key tiles). ptxas expands the e4m3 `mma.sync` into conversions and f16 MMAs on SM90
+(`python tools/sm90_lab.py --compile-decode` shows the probe), so the saving is in the operand path: no shared-memory
+round trip for K, Q not re-read per tile. The arithmetic is the portable kernel's (P in e4m3 clamped at 448, the row
+sum of the e4m3 P, lazy rescale past `threshold`), so outputs match it to the accumulation order.
+
+  python tools/sm90_decode_lab.py --compile          any machine: the far and near loops compiled for sm_90a (SASS counts)
+  PYTHONPATH=$PWD python tools/sm90_decode_lab.py [--out DIR] [--budget S]
+                                                     on an SM90 GPU: checks against the portable decode (mixed lengths,
+                                                     pages 16/64, a window, Hq 16 and 8), then CUDA-graph times of both
+                                                     and of a copy of the same bytes at the decode shapes
+-> sm90_decode_lab.json in --out, else $OUT, else a new temporary folder (a lab record: read, then kept in bench/notes).
+"""
+import argparse, collections, json, os, re, sys, tempfile, time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from inkling_fp8kv.attention_kernels import key_range, _decode_merge_kernel
+from inkling_fp8kv.rescale import LOG2E, MAX_OFFSET, SAFE_RESCALE_THRESHOLD, lazy_rescale_max
+
+_LOG2E = gl.constexpr(LOG2E)
+
+
+@gluon.jit
+def _k_tile(K, bt_row, j0, limit, kh, stride_kb, stride_ks, BLOCK_N: gl.constexpr, PAGE: gl.constexpr,
+            layout: gl.constexpr, FULL: gl.constexpr):
+    # Kᵀ of keys j0 … j0 + BLOCK_N − 1, [128, BLOCK_N] in `layout` (d-contiguous per key); keys >= limit read as zeros
+    n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    d = gl.arange(0, 128, layout=gl.SliceLayout(1, layout))
+    if FULL:
+        ok = gl.full([BLOCK_N], 1, gl.int1, gl.SliceLayout(0, layout))
+    else:
+        ok = n < limit
+    if BLOCK_N <= PAGE:
+        blk = gl.load(bt_row + j0 // PAGE).to(gl.int64)
+    else:
+        blk = gl.load(bt_row + n // PAGE, mask=ok, other=0).to(gl.int64)
+    slot = blk * stride_kb + (n % PAGE) * stride_ks + kh
+    return gl.load(K + slot[None, :] + d[:, None], mask=ok[None, :], other=0.0)
+
+
+@gluon.jit
+def _v_tile(V, bt_row, j0, limit, vh, stride_vb, stride_vs, BLOCK_N: gl.constexpr, PAGE: gl.constexpr,
+            layout: gl.constexpr, FULL: gl.constexpr):
+    # V of keys j0 … j0 + BLOCK_N − 1, [BLOCK_N, 128] row-major in `layout`; keys >= limit read as zeros
+    n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    d = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
+    if FULL:
+        ok = gl.full([BLOCK_N], 1, gl.int1, gl.SliceLayout(1, layout))
+    else:
+        ok = n < limit
+    if BLOCK_N <= PAGE:
+        blk = gl.load(bt_row + j0 // PAGE).to(gl.int64)
+    else:
+        blk = gl.load(bt_row + n // PAGE, mask=ok, other=0).to(gl.int64)
+    slot = blk * stride_vb + (n % PAGE) * stride_vs + vh
+    return gl.load(V + slot[:, None] + d[None, :], mask=ok[:, None], other=0.0)
+
+
+@gluon.jit
+def _step(q, kt, v, acc, l_i, m_i, REL, j0, end, pos, rel_off, row_valid, sm_scale_log2, threshold, E, W,
+          BLOCK_N: gl.constexpr, MASKED: gl.constexpr, HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr,
+          mma: gl.constexpr, la: gl.constexpr, lb: gl.constexpr):
+    s = mma_v2(q, kt, gl.zeros([16, BLOCK_N], gl.float32, mma)) * sm_scale_log2
+    if MASKED:
+        offs_n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma))
+        d = pos - offs_n
+        in_e = ((d >= 0) & (d < E))[None, :] & row_valid[:, None]
+        rel = gl.load(REL + rel_off[:, None] + d[None, :], mask=in_e, other=0.0).to(gl.float32)
+        vis = (d >= 0) & (offs_n < end)
+        if HAS_WINDOW:
+            vis = vis & (d < W)
+        s = gl.where(vis[None, :], s + rel * _LOG2E, float("-inf"))
+    m_new, m_safe, moved = lazy_rescale_max(m_i, gl.max(s, 1), threshold)
+    if gl.max(moved.to(gl.int32), 0) > 0:       # lazy rescale: the accumulator is touched only when a row's max moved
+        alpha = gl.exp2(m_i - m_safe)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha
+    p8 = gl.minimum(gl.exp2(s - m_safe[:, None] + P_OFFSET), 448.0).to(gl.float8e4nv)
+    l_i = l_i + gl.sum(p8.to(gl.float32), 1)
+    acc = mma_v2(gl.convert_layout(p8, la), gl.convert_layout(v, lb), acc)
+    return acc, l_i, m_new
+
+
+@gluon.jit(do_not_specialize=["num_blocks"])
+def _decode_split_gluon(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
+                        sm_scale_log2, threshold, E, W, num_splits, num_blocks,
+                        stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                        stride_rt, stride_rh, stride_btb, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+                        G: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, HAS_WINDOW: gl.constexpr,
+                        P_OFFSET: gl.constexpr):
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
+    la: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=16)
+    lb: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=16)
+    rows: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [1, 1], [1, 0])     # V row-major, 16-byte vectors
+    b = gl.program_id(0)
+    hkv = gl.program_id(1)
+    sp = gl.program_id(2)
+    t = gl.load(CU + b).to(gl.int64)
+    kv_len = gl.load(SEQ + b)
+    gq = gl.arange(0, 16, layout=gl.SliceLayout(1, la))
+    dq = gl.arange(0, 128, layout=gl.SliceLayout(0, la))
+    q = gl.load(Q + t * stride_qt + (hkv * G + gq)[:, None] * stride_qh + dq[None, :], mask=(gq < G)[:, None],
+                other=0.0)                                                     # G heads in 16 rows, the rest zeros
+    g = gl.arange(0, 16, layout=gl.SliceLayout(1, mma))
+    row_valid = g < G
+    head = hkv * G + gl.where(row_valid, g, 0)
+    rel_off = t * stride_rt + head * stride_rh
+    pos = kv_len - 1
+    lo, _, _ = key_range(kv_len - 1, kv_len, E, W, 1, BLOCK_N, HAS_WINDOW)
+    tiles_per_split = ((kv_len - lo + BLOCK_N - 1) // BLOCK_N + num_splits - 1) // num_splits
+    start = lo + sp * tiles_per_split * BLOCK_N
+    end = gl.minimum(start + tiles_per_split * BLOCK_N, kv_len)
+    if HAS_WINDOW:
+        far_end = start
+    else:
+        far_end = start + gl.maximum(gl.minimum(kv_len - E, end) - start, 0) // BLOCK_N * BLOCK_N
+    bt_row = BT + b.to(gl.int64) * stride_btb
+    kh = hkv.to(gl.int64) * stride_kh
+    vh = hkv.to(gl.int64) * stride_vh
+    m_i = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(1, mma))
+    l_i = gl.zeros([16], gl.float32, gl.SliceLayout(1, mma))
+    acc = gl.zeros([16, 128], gl.float32, mma)
+    # far tiles: whole, unmasked; then the near tiles: the bias band, the causal edge and the window, masked loads
+    for j0 in range(start, far_end, BLOCK_N):
+        kt = _k_tile(K, bt_row, j0, kv_len, kh, stride_kb, stride_ks, BLOCK_N, PAGE, lb, True)
+        v = _v_tile(V, bt_row, j0, kv_len, vh, stride_vb, stride_vs, BLOCK_N, PAGE, rows, True)
+        acc, l_i, m_i = _step(q, kt, v, acc, l_i, m_i, REL, j0, end, pos, rel_off, row_valid, sm_scale_log2,
+                              threshold, E, W, BLOCK_N, False, HAS_WINDOW, P_OFFSET, mma, la, lb)
+    for j0 in range(far_end, end, BLOCK_N):
+        kt = _k_tile(K, bt_row, j0, end, kh, stride_kb, stride_ks, BLOCK_N, PAGE, lb, False)
+        v = _v_tile(V, bt_row, j0, end, vh, stride_vb, stride_vs, BLOCK_N, PAGE, rows, False)
+        acc, l_i, m_i = _step(q, kt, v, acc, l_i, m_i, REL, j0, end, pos, rel_off, row_valid, sm_scale_log2,
+                              threshold, E, W, BLOCK_N, True, HAS_WINDOW, P_OFFSET, mma, la, lb)
+    l_safe = gl.where(l_i == 0.0, 1.0, l_i)
+    o = acc / l_safe[:, None]
+    lse = gl.where(l_i == 0.0, float("-inf"), m_i + gl.log2(l_safe) - P_OFFSET)   # log2-sum-exp in true units
+    d = gl.arange(0, 128, layout=gl.SliceLayout(0, mma))
+    ob = OPART + b.to(gl.int64) * stride_ob + sp * stride_os
+    gl.store(ob + head[:, None] * stride_oh + d[None, :], o, mask=row_valid[:, None])
+    gl.store(LSE + b.to(gl.int64) * stride_lb + head * stride_lh + sp, lse, mask=row_valid)
+
+
+def decode_gluon(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale, num_splits,
+                 window=None, v_scale=1.0, threshold=SAFE_RESCALE_THRESHOLD, block_n=32, out=None):
+    "Split-KV fp8 decode on `_decode_split_gluon`, merged by the shipped `_decode_merge_kernel`: bf16 `[B, Hq, 128]`."
+    (Hq, D), Hkv, B = q.shape[1:], k_cache.shape[2], seq_lens.shape[0]
+    G = Hq // Hkv
+    assert D == 128 and G <= 16 and q.dtype == k_cache.dtype == torch.float8_e4m3fn, (D, G, q.dtype)
+    out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device) if out is None else out
+    opart = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device)
+    lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device)
+    _decode_split_gluon[(B, Hkv, num_splits)](
+        q, k_cache, v_cache, rel_logits, opart, lse, block_table, seq_lens, cu_seqlens_q, softmax_scale * LOG2E,
+        threshold, rel_logits.shape[2], window or 0, num_splits, k_cache.shape[0],
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), rel_logits.stride(0), rel_logits.stride(1),
+        block_table.stride(0), opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
+        G=G, BLOCK_N=block_n, PAGE=k_cache.shape[1], HAS_WINDOW=window is not None, P_OFFSET=float(MAX_OFFSET),
+        num_warps=1)
+    _decode_merge_kernel[(B, Hq)](opart, lse, out, cu_seqlens_q, v_scale, num_splits,
+                                  opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
+                                  out.stride(0), out.stride(1), BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=D)
+    return out
+
+
+# ---- offline: the loops' SASS ------------------------------------------------------------------------------------
+def compile_stats(block_ns=(32,), pages=(16, 64)) -> list:
+    "The kernel compiled for sm_90a (no GPU): per build, its backward-branch loops' opcode counts, spills, shared memory."
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    sys.path.insert(0, str(ROOT / "tools"))
+    from sm90_compile import backward_loops, cuobjdump
+    kern = _decode_split_gluon
+    names, out = kern.arg_names, []
+    for bn in block_ns:
+        for page in pages:
+            const = dict(G=8, BLOCK_N=bn, PAGE=page, HAS_WINDOW=False, P_OFFSET=float(MAX_OFFSET))
+            ptrs = dict(Q="*fp8e4nv", K="*fp8e4nv", V="*fp8e4nv", REL="*bf16", OPART="*fp32", LSE="*fp32",
+                        BT="*i32", SEQ="*i32", CU="*i32")
+            sig = {n: "constexpr" if n in const else ptrs.get(n, "fp32" if n in ("sm_scale_log2", "threshold")
+                                                            else "i32") for n in names}
+            attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+                     if sig[n].startswith("*") or n.startswith("stride_") or n == "E"}
+            k = triton.compile(GluonASTSource(kern, sig, {(names.index(n),): v for n, v in const.items()}, attrs),
+                               target=GPUTarget("cuda", 90, 32), options=dict(num_warps=1))
+            sass = cuobjdump(k, "-sass")
+            loops = sorted((collections.Counter(t.split()[0].split(".")[0] for t in body)
+                            for body in backward_loops(sass)), key=lambda c: c.total())
+            loops = [c for c in loops if c["HMMA"]]
+            regs = int(re.search(r"REG:(\d+)", cuobjdump(k, "-res-usage")).group(1))
+            out.append(dict(block_n=bn, page=page, shared=k.metadata.shared, regs=regs,
+                            ptx_mma=sorted(set(re.findall(r"mma\.sync\.aligned\.([\w.]+)", k.asm["ptx"]))),
+                            spills=len(re.findall(r"\b(?:LDL|STL)\b", sass)),
+                            loops=[dict(instrs=c.total(), warp_instrs_per_kb=round(1024 * c.total() / (2 * bn * 128), 1),
+                                        **{o: c[o] for o in ("HMMA", "F2FP", "PRMT", "LDG", "LDS", "IMAD", "SHFL")})
+                                   for c in loops]))
+    return out
+
+
+# ---- on the GPU: checks, then times ------------------------------------------------------------------------------
+CHECKS = [  # (B, kv, Hq, page, window, varlen, num_splits)
+    (3, 3000, 16, 64, None, True, 7), (3, 3000, 16, 16, None, True, 5), (2, 2500, 16, 16, 512, True, 3),
+    (4, 1500, 8, 64, None, False, 1), (2, 70000, 16, 64, None, False, 33), (5, 40, 16, 16, None, True, 4)]
+SHAPES = [("decode B=32, KV 64K", 32, 65536), ("decode B=8, KV 128K", 8, 131072), ("decode B=1, KV 64K", 1, 65536),
+          ("decode B=16, KV 32K", 16, 32768), ("decode B=64, KV 16K", 64, 16384)]
+
+
+def _inputs(B, kv, Hq, page, window, varlen, seed):
+    from inkling_fp8kv.bench.attention_suites import paged_attention_inputs
+    from inkling_fp8kv.numerics import E4M3_DTYPE
+    inp = paged_attention_inputs(B, kv, Hq, 1, E4M3_DTYPE, E=window or 1024, page=page, seed=seed)
+    if varlen:       # mixed lengths, the last one short
+        lens = [max(1, kv * (B - i) // B - 3 * i) for i in range(B)]
+        inp["seq_lens"] = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        inp["max_seqlen_k"] = max(lens)
+    return inp
+
+
+def _both(inp, window, num_splits):
+    from inkling_fp8kv.attention import rel_attention
+    kw = {k: inp[k] for k in ("block_table", "seq_lens", "cu_seqlens_q")}
+    ship = rel_attention(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], **kw,
+                         max_seqlen_q=1, max_seqlen_k=inp["max_seqlen_k"], softmax_scale=1 / 128, window=window,
+                         num_splits=num_splits)
+    mine = decode_gluon(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], **kw, softmax_scale=1 / 128,
+                        window=window, num_splits=num_splits)
+    return ship.float(), mine.float()
+
+
+def check_rows() -> list:
+    rows = []
+    for i, (B, kv, Hq, page, window, varlen, splits) in enumerate(CHECKS):
+        inp = _inputs(B, kv, Hq, page, window, varlen, seed=100 + i)
+        ship, mine = _both(inp, window, splits)
+        rel = ((mine - ship).norm() / ship.norm().clamp_min(1e-30)).item()
+        rows.append(dict(B=B, kv=kv, Hq=Hq, page=page, window=window, varlen=varlen, num_splits=splits,
+                         finite=bool(torch.isfinite(mine).all()), rel_fro_vs_shipped=rel,
+                         max_abs=(mine - ship).abs().max().item()))
+    return rows
+
+
+def time_rows(budget_s: float, t0: float) -> list:
+    from inkling_fp8kv.bench.harness import time_us
+    from inkling_fp8kv.bench.attention_suites import ours, kv_bytes, copy_row
+    from inkling_fp8kv.attention_launch import decode_num_splits
+    from inkling_fp8kv.numerics import E4M3_DTYPE
+    rows, sms = [], torch.cuda.get_device_properties(0).multi_processor_count
+    for case, B, kv in SHAPES:
+        inp = paged_attention_inputs_for(B, kv)
+        copy = copy_row(case, B, kv, 2, "cuda", "replay")
+        rows.append(copy)
+        nbytes = kv_bytes(B, kv, E4M3_DTYPE)
+        def add(impl, fn, **extra):
+            if time.time() - t0 > budget_s:
+                return rows.append(dict(case=case, impl=impl, skipped="budget", **extra))
+            try: us = time_us(fn, "replay")
+            except Exception as e: return rows.append(dict(case=case, impl=impl, error=f"{type(e).__name__}: {e}"[:300]))
+            tb = nbytes / (us * 1e-6) / 1e12
+            rows.append(dict(case=case, B=B, kv=kv, impl=impl, us=us, tbps=tb, of_copy=tb / copy["tbps"], **extra))
+        add("shipped", ours(inp))
+        kw = {k: inp[k] for k in ("block_table", "seq_lens", "cu_seqlens_q")}
+        for bn in (32,):                 # e4m3 mma_v2 takes k = 32: P.V needs 32-key tiles at least
+            for waves in (4, 8, 10, 16):
+                splits = decode_num_splits(B, 2, kv, block_n=bn, waves=waves, num_sms=sms)
+                out = torch.empty(inp["q"].shape, dtype=torch.bfloat16, device="cuda")
+                fn = lambda s=splits, b=bn: decode_gluon(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"],
+                                                         **kw, softmax_scale=1 / 128, num_splits=s, block_n=b, out=out)
+                add("gluon", fn, block_n=bn, split_waves=waves, num_splits=splits)
+        inp = None                      # the caches freed before the next shape
+        torch.cuda.empty_cache()
+    return rows
+
+
+def paged_attention_inputs_for(B, kv):
+    from inkling_fp8kv.bench.attention_suites import paged_attention_inputs
+    from inkling_fp8kv.numerics import E4M3_DTYPE
+    return paged_attention_inputs(B, kv, 16, 1, E4M3_DTYPE, E=1024, seed=kv + B)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--compile", action="store_true", help="compile for sm_90a and print the loops (no GPU needed)")
+    ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
+    ap.add_argument("--budget", type=float, default=300, help="seconds for the timing (default 300)")
+    a = ap.parse_args(argv)
+    if a.compile:
+        for r in compile_stats():
+            print(json.dumps(r))
+        return 0
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        sys.exit("the lab run needs an SM90 GPU (--compile runs on any machine)")
+    from inkling_fp8kv.bench.harness import run_header, write_json_atomic
+    t0 = time.time()
+    out = Path(a.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="sm90-decode-lab-"))
+    res = dict(run_header("python tools/sm90_decode_lab.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                          "cuda"), what=__doc__.split("\n\n")[0])
+    save = lambda: write_json_atomic(out / "sm90_decode_lab.json", res | dict(wall_s=time.time() - t0))
+    res["checks"] = check_rows()
+    save()
+    bad = [r for r in res["checks"] if not r["finite"] or r["rel_fro_vs_shipped"] > 2e-3]
+    print("checks:", "FAILED " + json.dumps(bad) if bad else f"{len(res['checks'])} ok", flush=True)
+    if not bad:
+        res["timed"] = time_rows(a.budget, t0)
+        save()
+    for r in res.get("timed", []):
+        if "us" in r:
+            print(f"{r['case']:24s} {r['impl']:8s} {str(r.get('block_n', '')):3s} {str(r.get('split_waves', '')):3s} "
+                  f"{r['us']:8.1f} us {r.get('tbps', 0):5.2f} TB/s {r.get('of_copy', 1):6.1%} of copy")
+    print(f"-> {out / 'sm90_decode_lab.json'} ({time.time() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

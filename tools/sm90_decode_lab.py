@@ -12,6 +12,9 @@ round trip for K, Q not re-read per tile. The arithmetic is the portable kernel'
 sum of the e4m3 P, lazy rescale past `threshold`), so outputs match it to the accumulation order.
 
   python tools/sm90_decode_lab.py --compile          any machine: the far and near loops compiled for sm_90a (SASS counts)
+  TRITON_INTERPRET=1 python tools/sm90_decode_lab.py --emulate
+                                                     a CPU: the kernel's index logic and arithmetic, rewritten as a
+                                                     Triton kernel (layouts dropped), against the shipped decode
   PYTHONPATH=$PWD python tools/sm90_decode_lab.py [--out DIR] [--budget S]
                                                      on an SM90 GPU: checks against the portable decode (mixed lengths,
                                                      pages 16/64, a window, Hq 16 and 8), then CUDA-graph times of both
@@ -35,6 +38,7 @@ from inkling_fp8kv.rescale import LOG2E, MAX_OFFSET, SAFE_RESCALE_THRESHOLD, laz
 _LOG2E = gl.constexpr(LOG2E)
 
 
+# ---- the kernel (from here to the launcher: `emulated` rewrites this part for the interpreter) -------------------
 @gluon.jit
 def _k_tile(K, bt_row, j0, limit, kh, stride_kb, stride_ks, BLOCK_N: gl.constexpr, PAGE: gl.constexpr,
             layout: gl.constexpr, FULL: gl.constexpr):
@@ -155,16 +159,18 @@ def _decode_split_gluon(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
     gl.store(LSE + b.to(gl.int64) * stride_lb + head * stride_lh + sp, lse, mask=row_valid)
 
 
+# ---- the launcher ----------------------------------------------------------------------------------------------
 def decode_gluon(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale, num_splits,
-                 window=None, v_scale=1.0, threshold=SAFE_RESCALE_THRESHOLD, block_n=32, out=None):
-    "Split-KV fp8 decode on `_decode_split_gluon`, merged by the shipped `_decode_merge_kernel`: bf16 `[B, Hq, 128]`."
+                 window=None, v_scale=1.0, threshold=SAFE_RESCALE_THRESHOLD, block_n=32, out=None, kernel=None):
+    """Split-KV fp8 decode on `_decode_split_gluon` (or `kernel`: `emulated()`'s), merged by the shipped
+    `_decode_merge_kernel`: bf16 `[B, Hq, 128]`."""
     (Hq, D), Hkv, B = q.shape[1:], k_cache.shape[2], seq_lens.shape[0]
     G = Hq // Hkv
     assert D == 128 and G <= 16 and q.dtype == k_cache.dtype == torch.float8_e4m3fn, (D, G, q.dtype)
     out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device) if out is None else out
     opart = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device)
     lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device)
-    _decode_split_gluon[(B, Hkv, num_splits)](
+    (kernel or _decode_split_gluon)[(B, Hkv, num_splits)](
         q, k_cache, v_cache, rel_logits, opart, lse, block_table, seq_lens, cu_seqlens_q, softmax_scale * LOG2E,
         threshold, rel_logits.shape[2], window or 0, num_splits, k_cache.shape[0],
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -176,6 +182,42 @@ def decode_gluon(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_s
                                   opart.stride(0), opart.stride(1), opart.stride(2), lse.stride(0), lse.stride(1),
                                   out.stride(0), out.stride(1), BLOCK_S=triton.next_power_of_2(num_splits), HEAD_DIM=D)
     return out
+
+
+# ---- on a CPU: the kernel's index logic in Triton's interpreter --------------------------------------------------
+_EMULATION = [  # (pattern, replacement, occurrences): the Gluon kernel as a Triton one with the same arithmetic
+    (r"@gluon\.jit", "@triton.jit", 4),
+    (r"= gl\.(?:NVMMADistributedLayout|DotOperandLayout|BlockedLayout)\(.*\)", "= 0", 4),      # layouts: unused
+    (r",\s*layout=gl\.SliceLayout\(\d, \w+\)", "", 9),
+    (r", gl\.SliceLayout\(\d, (?:\w+)\)\)", ")", 4),
+    (r"(gl\.zeros\(\[[\w, ]+\], gl\.float32), mma\)", r"\1)", 2),
+    (r"gl\.convert_layout\((\w+), l[ab]\)", r"\1", 2),
+    (r"mma_v2\((\w+), (\w+), ", r"tl.dot(\1.to(tl.float32), \2.to(tl.float32), ", 2),
+    # P as the portable kernel rounds it in the interpreter (its fp32 -> e4m3 cast is not the hardware's there)
+    (r"gl\.minimum\((gl\.exp2\(.*?\)), 448\.0\)\.to\(gl\.float8e4nv\)",
+     r"tl_quantize_e4m3(\1).to(tl.float8e4nv, bitcast=True)", 1),
+    (r"\bgl\.", "tl.", None),
+]
+
+def emulated(folder: Path):
+    """`_decode_split_gluon` rewritten as a Triton kernel with the same index logic and arithmetic (`_EMULATION`:
+    layouts dropped, `mma_v2` as an fp32 `tl.dot`), written to `folder` and imported: it runs under
+    TRITON_INTERPRET=1, so a CPU checks the splits, ranges, masks, bias and LSE against the portable decode."""
+    import importlib.util
+    src = Path(__file__).read_text()
+    body = src[src.index("# ---- the kernel"):src.index("# ---- the launcher")]
+    for pat, rep, n in _EMULATION:
+        body, k = re.subn(pat, rep, body)
+        if n is not None and k != n: raise RuntimeError(f"emulation rule {pat!r} applied {k} times, expected {n}")
+    head = ("import triton\nimport triton.language as tl\nfrom inkling_fp8kv.attention_kernels import key_range\n"
+            "from inkling_fp8kv.numerics import tl_quantize_e4m3\nfrom inkling_fp8kv.rescale import LOG2E, "
+            "lazy_rescale_max\n_LOG2E = tl.constexpr(LOG2E)\n\n")
+    path = folder / "decode_gluon_emulated.py"
+    path.write_text(head + body)
+    spec = importlib.util.spec_from_file_location("decode_gluon_emulated", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod._decode_split_gluon
 
 
 # ---- offline: the loops' SASS ------------------------------------------------------------------------------------
@@ -220,33 +262,39 @@ SHAPES = [("decode B=32, KV 64K", 32, 65536), ("decode B=8, KV 128K", 8, 131072)
           ("decode B=16, KV 32K", 16, 32768), ("decode B=64, KV 16K", 64, 16384)]
 
 
-def _inputs(B, kv, Hq, page, window, varlen, seed):
+EMULATED = [  # (B, kv, Hq, page, window, varlen, num_splits) for the interpreter, with E = 64 (window: E = W)
+    (3, 300, 16, 16, None, True, 3), (2, 250, 16, 16, 48, True, 2), (4, 150, 8, 64, None, False, 1),
+    (2, 700, 16, 64, None, False, 5), (5, 40, 16, 16, None, True, 4)]
+
+
+def _inputs(B, kv, Hq, page, window, varlen, seed, E=1024, device="cuda"):
     from inkling_fp8kv.bench.attention_suites import paged_attention_inputs
     from inkling_fp8kv.numerics import E4M3_DTYPE
-    inp = paged_attention_inputs(B, kv, Hq, 1, E4M3_DTYPE, E=window or 1024, page=page, seed=seed)
+    inp = paged_attention_inputs(B, kv, Hq, 1, E4M3_DTYPE, E=window or E, page=page, seed=seed, device=device)
     if varlen:       # mixed lengths, the last one short
         lens = [max(1, kv * (B - i) // B - 3 * i) for i in range(B)]
-        inp["seq_lens"] = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        inp["seq_lens"] = torch.tensor(lens, dtype=torch.int32, device=device)
         inp["max_seqlen_k"] = max(lens)
     return inp
 
 
-def _both(inp, window, num_splits):
+def _both(inp, window, num_splits, kernel=None):
     from inkling_fp8kv.attention import rel_attention
     kw = {k: inp[k] for k in ("block_table", "seq_lens", "cu_seqlens_q")}
     ship = rel_attention(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], **kw,
                          max_seqlen_q=1, max_seqlen_k=inp["max_seqlen_k"], softmax_scale=1 / 128, window=window,
                          num_splits=num_splits)
     mine = decode_gluon(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], **kw, softmax_scale=1 / 128,
-                        window=window, num_splits=num_splits)
+                        window=window, num_splits=num_splits, kernel=kernel)
     return ship.float(), mine.float()
 
 
-def check_rows() -> list:
+def check_rows(cases=CHECKS, *, kernel=None, E=1024, device="cuda") -> list:
+    "Each case through the shipped decode and this one (or `kernel`) with the same splits: their difference."
     rows = []
-    for i, (B, kv, Hq, page, window, varlen, splits) in enumerate(CHECKS):
-        inp = _inputs(B, kv, Hq, page, window, varlen, seed=100 + i)
-        ship, mine = _both(inp, window, splits)
+    for i, (B, kv, Hq, page, window, varlen, splits) in enumerate(cases):
+        inp = _inputs(B, kv, Hq, page, window, varlen, seed=100 + i, E=E, device=device)
+        ship, mine = _both(inp, window, splits, kernel)
         rel = ((mine - ship).norm() / ship.norm().clamp_min(1e-30)).item()
         rows.append(dict(B=B, kv=kv, Hq=Hq, page=page, window=window, varlen=varlen, num_splits=splits,
                          finite=bool(torch.isfinite(mine).all()), rel_fro_vs_shipped=rel,
@@ -298,11 +346,21 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", action="store_true", help="compile for sm_90a and print the loops (no GPU needed)")
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--budget", type=float, default=300, help="seconds for the timing (default 300)")
+    ap.add_argument("--emulate", action="store_true", help="on a CPU with TRITON_INTERPRET=1: the kernel rewritten "
+                                                          "as a Triton one (`emulated`) against the shipped decode")
     a = ap.parse_args(argv)
     if a.compile:
         for r in compile_stats():
             print(json.dumps(r))
         return 0
+    if a.emulate:
+        if os.environ.get("TRITON_INTERPRET") != "1": sys.exit("--emulate runs the interpreter: set TRITON_INTERPRET=1")
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = check_rows(EMULATED, kernel=emulated(Path(tmp)), E=64, device="cpu")
+        for r in rows: print(json.dumps(r))
+        bad = [r for r in rows if not r["finite"] or r["rel_fro_vs_shipped"] > 1e-4]
+        print(f"{len(rows) - len(bad)} of {len(rows)} cases match the shipped decode")
+        return 1 if bad else 0
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         sys.exit("the lab run needs an SM90 GPU (--compile runs on any machine)")
     from inkling_fp8kv.bench.harness import run_header, write_json_atomic

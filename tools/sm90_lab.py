@@ -387,16 +387,19 @@ def decode_compile_stats(configs=None) -> list:
     return out
 
 def decode_gluon_probe_stats() -> list:
-    """The lab's Gluon split-KV decode (`tools/sm90_decode_lab.py`, not shipped) compiled for sm_90a like the shipped
-    launches, page 64: its far loop per 32-key tile, in `decode_compile_stats`'s row format."""
+    """The lab's Gluon split-KV decodes (`tools/sm90_decode_lab.py`, not shipped) compiled for sm_90a like the shipped
+    launches, page 64: each far loop per tile, in `decode_compile_stats`'s row format."""
     sys.path.insert(0, str(ROOT / "tools"))
     from sm90_decode_lab import compile_stats
-    (r,) = compile_stats(block_ns=(32,), pages=(64,))
-    far = r["loops"][0]                                           # the smallest loop with MMAs: far tiles, no bias
-    return [dict(config="gluon decode (lab)", fp8=True, launch=dict(block_n=32, num_warps=1), instrs=far["instrs"],
-                 bytes_per_tile=2 * 32 * 128, warp_instrs_per_kb=far["warp_instrs_per_kb"], mma=far["HMMA"],
-                 f2fp=far["F2FP"], prmt=far["PRMT"], imad=far["IMAD"], spills=r["spills"], shared=r["shared"],
-                 ptx_mma=r["ptx_mma"])]
+    rows = []
+    for r in compile_stats(pages=(64,)):
+        far = r["loops"][0]                                       # the smallest loop with MMAs: far tiles, no bias
+        rows.append(dict(config=f"gluon {r['kind']} (lab)", fp8=True,
+                         launch=dict(block_n=r["block_n"], num_warps=r["num_warps"]), instrs=far["instrs"],
+                         bytes_per_tile=2 * r["block_n"] * 128, warp_instrs_per_kb=far["warp_instrs_per_kb"],
+                         mma=far["HMMA"] + far["HGMMA"] + far["QGMMA"], f2fp=far["F2FP"], prmt=far["PRMT"],
+                         imad=far["IMAD"], spills=r["spills"], shared=r["shared"], ptx_mma=r["ptx_mma"]))
+    return rows
 
 def warm_timed(mod) -> None:
     "Compile `mod`'s builds that `TIMED` uses (page 64, each window) with one small call each: timing finds them built."
@@ -447,7 +450,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-decode", action="store_true", help="split-KV decode's shipped launches compiled for "
                                                                   "sm_90a (no GPU): the far-tile loop's instructions "
                                                                   "per tile and per KB read, MMAs, e4m3 conversions; "
-                                                                  "then the lab's Gluon decode (sm90_decode_lab.py)")
+                                                                  "then the lab's Gluon decodes (sm90_decode_lab.py)")
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode sweep")
     ap.add_argument("--no-prefill", action="store_true", help="skip the prefill variants")

@@ -45,39 +45,25 @@ _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrie
 
 # ---- the kernel (from here to the launcher: `emulated` rewrites this part for the interpreter) -------------------
 @gluon.jit
-def _k_tile(K, bt_row, j0, limit, kh, stride_kb, stride_ks, BLOCK_N: gl.constexpr, PAGE: gl.constexpr,
-            layout: gl.constexpr, FULL: gl.constexpr):
-    # Kᵀ of keys j0 … j0 + BLOCK_N − 1, [128, BLOCK_N] in `layout` (d-contiguous per key); keys >= limit read as zeros
-    n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
-    d = gl.arange(0, 128, layout=gl.SliceLayout(1, layout))
+def _kv_rows(X, bt_row, j0, limit, head_off, stride_b, stride_s, BLOCK_N: gl.constexpr, PAGE: gl.constexpr,
+             layout: gl.constexpr, FULL: gl.constexpr, KEYS: gl.constexpr):
+    # keys j0 … j0 + BLOCK_N − 1 of one KV head from a paged cache, in `layout`: [BLOCK_N, 128] as stored (KEYS = 0)
+    # or transposed, [128, BLOCK_N] (KEYS = 1: Kᵀ, still d-contiguous per key); keys >= limit read as zeros
+    n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1 - KEYS, layout))
+    d = gl.arange(0, 128, layout=gl.SliceLayout(KEYS, layout))
     if FULL:
-        ok = gl.full([BLOCK_N], 1, gl.int1, gl.SliceLayout(0, layout))
+        ok = gl.full([BLOCK_N], 1, gl.int1, gl.SliceLayout(1 - KEYS, layout))
     else:
         ok = n < limit
     if BLOCK_N <= PAGE:
         blk = gl.load(bt_row + j0 // PAGE).to(gl.int64)
     else:
         blk = gl.load(bt_row + n // PAGE, mask=ok, other=0).to(gl.int64)
-    slot = blk * stride_kb + (n % PAGE) * stride_ks + kh
-    return gl.load(K + slot[None, :] + d[:, None], mask=ok[None, :], other=0.0)
-
-
-@gluon.jit
-def _v_tile(V, bt_row, j0, limit, vh, stride_vb, stride_vs, BLOCK_N: gl.constexpr, PAGE: gl.constexpr,
-            layout: gl.constexpr, FULL: gl.constexpr):
-    # V of keys j0 … j0 + BLOCK_N − 1, [BLOCK_N, 128] row-major in `layout`; keys >= limit read as zeros
-    n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
-    d = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
-    if FULL:
-        ok = gl.full([BLOCK_N], 1, gl.int1, gl.SliceLayout(1, layout))
+    slot = blk * stride_b + (n % PAGE) * stride_s + head_off
+    if KEYS == 0:
+        return gl.load(X + slot[:, None] + d[None, :], mask=ok[:, None], other=0.0)
     else:
-        ok = n < limit
-    if BLOCK_N <= PAGE:
-        blk = gl.load(bt_row + j0 // PAGE).to(gl.int64)
-    else:
-        blk = gl.load(bt_row + n // PAGE, mask=ok, other=0).to(gl.int64)
-    slot = blk * stride_vb + (n % PAGE) * stride_vs + vh
-    return gl.load(V + slot[:, None] + d[None, :], mask=ok[:, None], other=0.0)
+        return gl.load(X + slot[None, :] + d[:, None], mask=ok[None, :], other=0.0)
 
 
 @gluon.jit
@@ -146,13 +132,13 @@ def _decode_split_gluon(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
     acc = gl.zeros([16, 128], gl.float32, mma)
     # far tiles: whole, unmasked; then the near tiles: the bias band, the causal edge and the window, masked loads
     for j0 in range(start, far_end, BLOCK_N):
-        kt = _k_tile(K, bt_row, j0, kv_len, kh, stride_kb, stride_ks, BLOCK_N, PAGE, lb, True)
-        v = _v_tile(V, bt_row, j0, kv_len, vh, stride_vb, stride_vs, BLOCK_N, PAGE, rows, True)
+        kt = _kv_rows(K, bt_row, j0, kv_len, kh, stride_kb, stride_ks, BLOCK_N, PAGE, lb, True, 1)
+        v = _kv_rows(V, bt_row, j0, kv_len, vh, stride_vb, stride_vs, BLOCK_N, PAGE, rows, True, 0)
         acc, l_i, m_i = _step(q, kt, v, acc, l_i, m_i, REL, j0, end, pos, rel_off, row_valid, sm_scale_log2,
                               threshold, E, W, BLOCK_N, False, HAS_WINDOW, P_OFFSET, mma, la, lb)
     for j0 in range(far_end, end, BLOCK_N):
-        kt = _k_tile(K, bt_row, j0, end, kh, stride_kb, stride_ks, BLOCK_N, PAGE, lb, False)
-        v = _v_tile(V, bt_row, j0, end, vh, stride_vb, stride_vs, BLOCK_N, PAGE, rows, False)
+        kt = _kv_rows(K, bt_row, j0, end, kh, stride_kb, stride_ks, BLOCK_N, PAGE, lb, False, 1)
+        v = _kv_rows(V, bt_row, j0, end, vh, stride_vb, stride_vs, BLOCK_N, PAGE, rows, False, 0)
         acc, l_i, m_i = _step(q, kt, v, acc, l_i, m_i, REL, j0, end, pos, rel_off, row_valid, sm_scale_log2,
                               threshold, E, W, BLOCK_N, True, HAS_WINDOW, P_OFFSET, mma, la, lb)
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
@@ -267,14 +253,14 @@ def _decode_split_wgmma(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
     l_i = gl.zeros([N], gl.float32, gl.SliceLayout(0, s_l))
     acc = gl.zeros([128, N], gl.float32, o_l)
     for j0 in range(start, far_end, BLOCK_N):
-        k = _v_tile(K, bt_row, j0, kv_len, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, True)   # K row-major too
-        v = _v_tile(V, bt_row, j0, kv_len, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, True)
+        k = _kv_rows(K, bt_row, j0, kv_len, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, True, 0)   # K row-major too
+        v = _kv_rows(V, bt_row, j0, kv_len, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, True, 0)
         acc, l_i, m_i = _wg_step(k, v, acc, l_i, m_i, q_smem, k_smem, v_smem, p_smem, REL, j0, end, pos, rel_off,
                                  row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False, HAS_WINDOW, P_OFFSET,
                                  s_l, o_l)
     for j0 in range(far_end, end, BLOCK_N):
-        k = _v_tile(K, bt_row, j0, end, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, False)
-        v = _v_tile(V, bt_row, j0, end, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, False)
+        k = _kv_rows(K, bt_row, j0, end, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, False, 0)
+        v = _kv_rows(V, bt_row, j0, end, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, False, 0)
         acc, l_i, m_i = _wg_step(k, v, acc, l_i, m_i, q_smem, k_smem, v_smem, p_smem, REL, j0, end, pos, rel_off,
                                  row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True, HAS_WINDOW, P_OFFSET,
                                  s_l, o_l)
@@ -320,11 +306,11 @@ def decode_gluon(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_s
 
 # ---- on a CPU: the kernel's index logic in Triton's interpreter --------------------------------------------------
 _EMULATION = [  # (pattern, replacement, occurrences or None): the Gluon kernels as Triton ones, the same arithmetic
-    (r"@gluon\.jit", "@triton.jit", 6),
+    (r"@gluon\.jit", "@triton.jit", 5),
     (r"= gl\.(?:NVMMADistributedLayout|DotOperandLayout|BlockedLayout)\(.*\)", "= 0", 7),      # layouts: unused
-    (r",\s*layout=gl\.SliceLayout\(\d, \w+\)", "", None),
+    (r",\s*layout=gl\.SliceLayout\([^()]*\)", "", None),
     (r"gl\.convert_layout\((\w+), gl\.SliceLayout\(\d, \w+\)\)", r"\1", 2),
-    (r", gl\.SliceLayout\(\d, \w+\)\)", ")", None),
+    (r", gl\.SliceLayout\([^()]*\)\)", ")", None),
     (r"(gl\.zeros\(\[[\w, ]+\], gl\.float32), (?:mma|o_l)\)", r"\1)", 3),
     (r"gl\.convert_layout\((\w+), l[ab]\)", r"\1", 2),
     (r"mma_v2\((\w+), (\w+), ", r"tl.dot(\1.to(tl.float32), \2.to(tl.float32), ", 2),

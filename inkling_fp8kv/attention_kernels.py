@@ -167,6 +167,21 @@ def _prefill_kernel(Q, K, V, REL, OUT, BT, SEQ, CU,
              o.to(OUT.dtype.element_ty), mask=row_valid[:, None])
 
 # %% ../nbs/06a_attention_kernels.ipynb #2e606442
+@triton.jit
+def _decode_split_range(kv_len, E, W, num_splits, sp, BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    "Split `sp`'s keys `[start, end)`, whole tiles from the request's first; those below `far_end` need no bias."
+    # the request's keys start where a prefill tile's of one query at kv_len - 1 start; num_splits parts share its tiles
+    lo, _, _ = key_range(kv_len - 1, kv_len, E, W, 1, BLOCK_N, HAS_WINDOW)
+    tiles_per_split = tl.cdiv(tl.cdiv(kv_len - lo, BLOCK_N), num_splits)
+    start = lo + sp * tiles_per_split * BLOCK_N
+    end = tl.minimum(start + tiles_per_split * BLOCK_N, kv_len)
+    # keys j < kv_len - E get no bias and are always visible (global layers; local layers have E == W)
+    if HAS_WINDOW:
+        far_end = start
+    else:
+        far_end = start + tl.maximum(tl.minimum(kv_len - E, end) - start, 0) // BLOCK_N * BLOCK_N
+    return start, far_end, end
+
 @triton.jit(do_not_specialize=["num_blocks"])
 def _decode_split_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
                          sm_scale_log2, threshold, E, W, num_splits, num_blocks,
@@ -187,16 +202,7 @@ def _decode_split_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
     q = tl.load(Q + t * stride_qt + head[:, None] * stride_qh + offs_d[None, :], mask=row_valid[:, None], other=0.0)
     pos = tl.zeros([BLOCK_G], tl.int32) + (kv_len - 1)
     tok_rel_off = t * stride_rt + head * stride_rh
-    # the request's keys start where a prefill tile's of one query at kv_len - 1 start; num_splits parts share its tiles
-    lo, _, _ = key_range(kv_len - 1, kv_len, E, W, 1, BLOCK_N, HAS_WINDOW)
-    tiles_per_split = tl.cdiv(tl.cdiv(kv_len - lo, BLOCK_N), num_splits)
-    start = lo + sp * tiles_per_split * BLOCK_N
-    end = tl.minimum(start + tiles_per_split * BLOCK_N, kv_len)
-    # keys j < kv_len - E get no bias and are always visible (global layers; local layers have E == W)
-    if HAS_WINDOW:
-        far_end = start
-    else:
-        far_end = start + tl.maximum(tl.minimum(kv_len - E, end) - start, 0) // BLOCK_N * BLOCK_N
+    start, far_end, end = _decode_split_range(kv_len, E, W, num_splits, sp, BLOCK_N, HAS_WINDOW)
     bt_row = BT + b.to(tl.int64) * stride_btb
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)

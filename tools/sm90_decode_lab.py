@@ -36,7 +36,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
-from inkling_fp8kv.attention_kernels import key_range, _decode_merge_kernel
+from inkling_fp8kv.attention_kernels import _decode_split_range, _decode_merge_kernel
 from inkling_fp8kv.rescale import LOG2E, MAX_OFFSET, SAFE_RESCALE_THRESHOLD, lazy_rescale_max
 
 _LOG2E = gl.constexpr(LOG2E)
@@ -116,14 +116,7 @@ def _decode_split_gluon(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
     head = hkv * G + gl.where(row_valid, g, 0)
     rel_off = t * stride_rt + head * stride_rh
     pos = kv_len - 1
-    lo, _, _ = key_range(kv_len - 1, kv_len, E, W, 1, BLOCK_N, HAS_WINDOW)
-    tiles_per_split = ((kv_len - lo + BLOCK_N - 1) // BLOCK_N + num_splits - 1) // num_splits
-    start = lo + sp * tiles_per_split * BLOCK_N
-    end = gl.minimum(start + tiles_per_split * BLOCK_N, kv_len)
-    if HAS_WINDOW:
-        far_end = start
-    else:
-        far_end = start + gl.maximum(gl.minimum(kv_len - E, end) - start, 0) // BLOCK_N * BLOCK_N
+    start, far_end, end = _decode_split_range(kv_len, E, W, num_splits, sp, BLOCK_N, HAS_WINDOW)   # the shipped rule
     bt_row = BT + b.to(gl.int64) * stride_btb
     kh = hkv.to(gl.int64) * stride_kh
     vh = hkv.to(gl.int64) * stride_vh
@@ -238,14 +231,7 @@ def _decode_split_wgmma(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
     head = hkv * G + gl.where(row_valid, g, 0)
     rel_off = t * stride_rt + head * stride_rh
     pos = kv_len - 1
-    lo, _, _ = key_range(kv_len - 1, kv_len, E, W, 1, BLOCK_N, HAS_WINDOW)
-    tiles_per_split = ((kv_len - lo + BLOCK_N - 1) // BLOCK_N + num_splits - 1) // num_splits
-    start = lo + sp * tiles_per_split * BLOCK_N
-    end = gl.minimum(start + tiles_per_split * BLOCK_N, kv_len)
-    if HAS_WINDOW:
-        far_end = start
-    else:
-        far_end = start + gl.maximum(gl.minimum(kv_len - E, end) - start, 0) // BLOCK_N * BLOCK_N
+    start, far_end, end = _decode_split_range(kv_len, E, W, num_splits, sp, BLOCK_N, HAS_WINDOW)   # the shipped rule
     bt_row = BT + b.to(gl.int64) * stride_btb
     kh = hkv.to(gl.int64) * stride_kh
     vh = hkv.to(gl.int64) * stride_vh
@@ -349,7 +335,7 @@ def emulated(folder: Path) -> dict:
     for pat, rep, n in _EMULATION:
         body, k = re.subn(pat, rep, body)
         if n is not None and k != n: raise RuntimeError(f"emulation rule {pat!r} applied {k} times, expected {n}")
-    head = ("import triton\nimport triton.language as tl\nfrom inkling_fp8kv.attention_kernels import key_range\n"
+    head = ("import triton\nimport triton.language as tl\nfrom inkling_fp8kv.attention_kernels import _decode_split_range\n"
             "from inkling_fp8kv.numerics import tl_quantize_e4m3\nfrom inkling_fp8kv.rescale import LOG2E, "
             "lazy_rescale_max\n_LOG2E = tl.constexpr(LOG2E)\n")
     path = folder / "decode_gluon_emulated.py"

@@ -24,7 +24,7 @@ up to the accumulation order:
                                                      five decode shapes
 -> sm90_decode_lab.json in --out, else $OUT, else a new temporary folder (a lab record: read, then kept in bench/notes).
 """
-import argparse, collections, itertools, json, os, re, sys, tempfile, time
+import argparse, collections, itertools, json, os, re, subprocess, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -433,7 +433,7 @@ def check_rows(cases=CHECKS, *, kinds=tuple(KINDS), kernels=None, E=1024, device
     return rows
 
 
-def time_rows(budget_s: float, t0: float) -> list:
+def time_rows(budget_s: float, t0: float, kinds=tuple(KINDS)) -> list:
     from inkling_fp8kv.bench.harness import time_us
     from inkling_fp8kv.bench.attention_suites import ours, kv_bytes, copy_row
     from inkling_fp8kv.attention_launch import decode_num_splits
@@ -453,7 +453,7 @@ def time_rows(budget_s: float, t0: float) -> list:
             rows.append(dict(case=case, B=B, kv=kv, impl=impl, us=us, tbps=tb, of_copy=tb / copy["tbps"], **extra))
         add("shipped", ours(inp))
         kw = {k: inp[k] for k in ("block_table", "seq_lens", "cu_seqlens_q")}
-        for kind, waves_list in (("mma_v2", (4, 8, 10, 16)), ("wgmma", (2, 4, 8, 16))):
+        for kind, waves_list in [(k, w) for k, w in (("mma_v2", (4, 8, 10, 16)), ("wgmma", (2, 4, 8, 16))) if k in kinds]:
             bn = KINDS[kind]["block_n"]
             for waves in waves_list:         # programs per SM: one warp each (mma_v2) or a warpgroup (wgmma)
                 splits = decode_num_splits(B, 2, kv, block_n=bn, waves=waves, num_sms=sms)
@@ -478,9 +478,14 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", action="store_true", help="compile for sm_90a and print the loops (no GPU needed)")
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--budget", type=float, default=300, help="seconds for the timing (default 300)")
-    ap.add_argument("--emulate", action="store_true", help="on a CPU with TRITON_INTERPRET=1: the kernel rewritten "
-                                                          "as a Triton one (`emulated`) against the shipped decode")
+    ap.add_argument("--emulate", action="store_true", help="on a CPU with TRITON_INTERPRET=1: both kernels rewritten "
+                                                          "as Triton ones (`emulated`) against the shipped decode")
+    ap.add_argument("--check-timeout", type=float, default=240, help="seconds for each kernel's checks (default 240)")
+    ap.add_argument("--check", choices=tuple(KINDS), help=argparse.SUPPRESS)    # a child: one kernel's checks
     a = ap.parse_args(argv)
+    if a.check:
+        for r in check_rows(kinds=(a.check,)): print(json.dumps(r))
+        return 0
     if a.compile:
         for r in compile_stats():
             print(json.dumps(r))
@@ -501,12 +506,23 @@ def main(argv=None) -> int:
     res = dict(run_header("python tools/sm90_decode_lab.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                           "cuda"), what=__doc__.split("\n\n")[0])
     save = lambda: write_json_atomic(out / "sm90_decode_lab.json", res | dict(wall_s=time.time() - t0))
-    res["checks"] = check_rows()
-    save()
-    bad = [r for r in res["checks"] if not r["finite"] or r["rel_fro_vs_shipped"] > 2e-3]
-    print("checks:", "FAILED " + json.dumps(bad) if bad else f"{len(res['checks'])} ok", flush=True)
-    if not bad:
-        res["timed"] = time_rows(a.budget, t0)
+    # each kernel checked in a child process first: one whose barriers deadlock hangs its child, which is killed
+    res["checks"], passed = [], []
+    for kind in KINDS:
+        try:
+            r = subprocess.run([sys.executable, __file__, "--check", kind], capture_output=True, text=True,
+                               timeout=a.check_timeout)
+            rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+            why = None if r.returncode == 0 else r.stderr.strip()[-800:]
+        except subprocess.TimeoutExpired:
+            rows, why = [], f"no result in {a.check_timeout:.0f} s (a hang: killed)"
+        bad = [x for x in rows if not x["finite"] or x["rel_fro_vs_shipped"] > 2e-3]
+        res["checks"] += rows or [dict(kind=kind, error=why)]
+        if why is None and rows and not bad: passed.append(kind)
+        print(f"checks {kind}:", "ok" if kind in passed else f"FAILED {why or json.dumps(bad)}", flush=True)
+        save()
+    if passed:
+        res["timed"] = time_rows(a.budget, t0, kinds=tuple(passed))
         save()
     for r in res.get("timed", []):
         if "us" in r:

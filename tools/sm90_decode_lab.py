@@ -36,11 +36,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
-from inkling_fp8kv.attention_kernels import _decode_split_range, _decode_merge_kernel
+from inkling_fp8kv.attention_kernels import _LOG2E, _decode_split_range, _decode_merge_kernel
+from inkling_fp8kv.attention_sm90 import _cta_barrier
 from inkling_fp8kv.rescale import LOG2E, MAX_OFFSET, SAFE_RESCALE_THRESHOLD, lazy_rescale_max
-
-_LOG2E = gl.constexpr(LOG2E)
-_cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier   # Triton 3.6 / 3.7 spelling
 
 
 # ---- the kernel (from here to the launcher: `emulated` rewrites this part for the interpreter) -------------------
@@ -336,8 +334,8 @@ def emulated(folder: Path) -> dict:
         body, k = re.subn(pat, rep, body)
         if n is not None and k != n: raise RuntimeError(f"emulation rule {pat!r} applied {k} times, expected {n}")
     head = ("import triton\nimport triton.language as tl\nfrom inkling_fp8kv.attention_kernels import _decode_split_range\n"
-            "from inkling_fp8kv.numerics import tl_quantize_e4m3\nfrom inkling_fp8kv.rescale import LOG2E, "
-            "lazy_rescale_max\n_LOG2E = tl.constexpr(LOG2E)\n")
+            "from inkling_fp8kv.attention_kernels import _LOG2E\nfrom inkling_fp8kv.numerics import tl_quantize_e4m3\n"
+            "from inkling_fp8kv.rescale import lazy_rescale_max\n")
     path = folder / "decode_gluon_emulated.py"
     path.write_text(head + _EMULATED_HELPERS + "\n\n" + body)
     spec = importlib.util.spec_from_file_location("decode_gluon_emulated", path)
@@ -440,7 +438,7 @@ def time_rows(budget_s: float, t0: float, kinds=tuple(KINDS)) -> list:
     from inkling_fp8kv.numerics import E4M3_DTYPE
     rows, sms = [], torch.cuda.get_device_properties(0).multi_processor_count
     for case, B, kv in SHAPES:
-        inp = paged_attention_inputs_for(B, kv)
+        inp = _inputs(B, kv, 16, None, None, False, seed=kv + B)
         copy = copy_row(case, B, kv, 2, "cuda", "replay")
         rows.append(copy)
         nbytes = kv_bytes(B, kv, E4M3_DTYPE)
@@ -464,12 +462,6 @@ def time_rows(budget_s: float, t0: float, kinds=tuple(KINDS)) -> list:
         inp = None                      # the caches freed before the next shape
         torch.cuda.empty_cache()
     return rows
-
-
-def paged_attention_inputs_for(B, kv):
-    from inkling_fp8kv.bench.attention_suites import paged_attention_inputs
-    from inkling_fp8kv.numerics import E4M3_DTYPE
-    return paged_attention_inputs(B, kv, 16, 1, E4M3_DTYPE, E=1024, seed=kv + B)
 
 
 def main(argv=None) -> int:

@@ -330,9 +330,9 @@ def decode_sweep(device="cuda", *, smoke: bool = False, budget_s: float = 420, t
                              of_copy=tbps / copy["tbps"], timing=mode))
         run(None, f"shipped ({name})")
         for cfg in grid or decode_candidates(smoke): run(cfg, "1")
-        stage2 = not (grid and any("split_waves" in g for g in grid))
-        best = [] if not stage2 else sorted((r for r in rows if r.get("case") == case and r.get("stage") == "1" and "us" in r),
+        best = sorted((r for r in rows if r.get("case") == case and r.get("stage") == "1" and "us" in r),
                       key=lambda r: r["us"])[:top]
+        if grid and any("split_waves" in g for g in grid): best = []       # the grid names the waves: no stage 2
         for r in best:
             for w in (waves[:1] if smoke else waves):
                 if w != r["config"]["split_waves"]: run(dict(r["config"], split_waves=w), "2")
@@ -386,7 +386,7 @@ def decode_compile_stats(configs=None) -> list:
                         ptx_mma=sorted(set(re.findall(r"mma\.sync\.aligned\.([\w.]+)", k.asm["ptx"])))))
     return out
 
-def decode_gluon_probe_stats() -> list:
+def decode_lab_stats() -> list:
     """The lab's Gluon split-KV decodes (`tools/sm90_decode_lab.py`, not shipped) compiled for sm_90a like the shipped
     launches, page 64: each far loop per tile, in `decode_compile_stats`'s row format."""
     sys.path.insert(0, str(ROOT / "tools"))
@@ -482,12 +482,12 @@ def main(argv=None) -> int:
               "nbdev_export, then the 07c/07/08 tests on the H200 and tools/sm90_compile.py --record")
         return 0
     if a.compile_decode:
-        for r in decode_compile_stats() + decode_gluon_probe_stats():
+        for r in decode_compile_stats() + decode_lab_stats():
             print(json.dumps(r) if a.json else
                   f"{r['config']:24s} {r['instrs']:5d} instrs per {r['bytes_per_tile']:5d}-byte tile "
                   f"x {r['launch']['num_warps']} warps ({r['warp_instrs_per_kb']:5.1f} warp-instrs per KB): "
                   f"{r['mma']} MMA, {r['f2fp']} F2FP, {r['prmt']} PRMT, {r['imad']} IMAD; spills {r['spills']}; "
-                  + (f"{r['shared']} B shared; " if "shared" in r else "") + f"PTX mma {', '.join(r['ptx_mma'])}")
+                  f"{r['shared']} B shared; PTX mma {', '.join(r['ptx_mma'])}")
         return 0
     if a.compile:
         for r in compile_stats(names):

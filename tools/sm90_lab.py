@@ -378,7 +378,8 @@ def decode_compile_stats(configs=None) -> list:
         ops = min((c for c in loops if c["HMMA"] or c["QMMA"]), key=lambda c: c.total())   # the far loop: no bias
         n = ops.total()
         tile_bytes = 2 * cfg["block_n"] * 128 * (1 if fp8 else 2)
-        out.append(dict(config=label, fp8=fp8, launch=cfg, shared=k.metadata.shared, instrs=n,
+        regs = int(re.search(r"REG:(\d+)", cuobjdump(k, "-res-usage")).group(1))
+        out.append(dict(config=label, fp8=fp8, launch=cfg, shared=k.metadata.shared, regs=regs, instrs=n,
                         bytes_per_tile=tile_bytes,
                         warp_instrs_per_kb=round(1024 * n * cfg["num_warps"] / tile_bytes, 1),
                         mma=ops["HMMA"] + ops["QMMA"], f2fp=ops["F2FP"], prmt=ops["PRMT"], imad=ops["IMAD"],

@@ -274,11 +274,13 @@ def decode_candidates(smoke: bool = False) -> list:
     return [dict(block_n=n, num_warps=w, num_stages=s, perm_v=p)
             for n, w, s, p in itertools.product((16, 32, 64), (1, 2, 4), (2, 3, 4, 5), (False, True))]
 
-DECODE_KEYS = ("block_n", "num_warps", "num_stages", "split_waves", "perm_v", "lazy_skip")
+DECODE_KEYS = ("block_n", "num_warps", "num_stages", "split_waves", "perm_v", "lazy_skip", "split_keys")
 
 def decode_grid(spec: str) -> list:
     """Stage-1 candidates from 'block_n=16,32 num_stages=5 split_waves=4,8,16': the product of the listed values (keys of
-    `DECODE_KEYS`; perm_v and lazy_skip take 0/1). A grid that names split_waves has no stage 2."""
+    `DECODE_KEYS`; perm_v and lazy_skip take 0/1). `split_keys` is the lab's own axis, not a launch parameter: the split
+    count becomes ceil(KV / split_keys) (at most `MAX_SPLITS`) instead of the waves rule's, to test a rule by split
+    length. A grid that names split_waves or split_keys has no stage 2."""
     axes = {}
     for item in spec.split():
         key, _, vals = item.partition("=")
@@ -306,11 +308,11 @@ def decode_sweep(device="cuda", *, smoke: bool = False, budget_s: float = 420, t
                  waves=(2, 4, 8, 16, 32, 64), shapes=None, grid=None) -> list:
     """Each decode shape: a copy of its K/V bytes, the shipped pick, then stage 1 (`grid`, else `decode_candidates`, at
     the shipped split waves unless the grid names them) and stage 2 (the `top` fastest of stage 1 at each of `waves`;
-    none when the grid names split_waves), as CUDA-graph replays."""
+    none when the grid names split_waves or split_keys), as CUDA-graph replays; each row records its split count."""
     import torch
     from inkling_fp8kv.bench.harness import time_us, timing_for
     from inkling_fp8kv.bench.attention_suites import paged_attention_inputs, ours, kv_bytes, copy_row
-    from inkling_fp8kv.attention_launch import decode_config
+    from inkling_fp8kv.attention_launch import decode_config, decode_num_splits, MAX_SPLITS, _num_sms
     from inkling_fp8kv.numerics import E4M3_DTYPE
     rows, t0, mode = [], time.time(), timing_for(device, "replay")
     for case, B, kv in DECODE_SMOKE if smoke else shapes or DECODE:
@@ -320,19 +322,26 @@ def decode_sweep(device="cuda", *, smoke: bool = False, budget_s: float = 420, t
         rows.append(copy)
         name, shipped = decode_config(B, fp8=True, device=device)
         def run(cfg, stage):
+            cfg = dict(cfg or {})
+            keys = cfg.pop("split_keys", None)
+            launch = {**shipped, **cfg}
+            splits = (min(MAX_SPLITS, -(-kv // keys)) if keys else
+                      decode_num_splits(B, 2, kv, block_n=launch["block_n"], waves=launch["split_waves"],
+                                        num_sms=_num_sms(torch.device(device))))
+            label = {**launch, **({"split_keys": keys} if keys else {})}
             if time.time() - t0 > budget_s:
-                return rows.append(dict(case=case, config=cfg, skipped=f"the sweep's {budget_s:.0f} s budget ran out"))
-            try: us = time_us(ours(inp, config=cfg), mode)
+                return rows.append(dict(case=case, config=label, skipped=f"the sweep's {budget_s:.0f} s budget ran out"))
+            try: us = time_us(ours(inp, config=cfg or None, num_splits=splits if keys else None), mode)
             except Exception as e:
-                return rows.append(dict(case=case, config=cfg, stage=stage, error=f"{type(e).__name__}: {e}"[:300]))
+                return rows.append(dict(case=case, config=label, stage=stage, error=f"{type(e).__name__}: {e}"[:300]))
             tbps = kv_bytes(B, kv, E4M3_DTYPE) / (us * 1e-6) / 1e12
-            rows.append(dict(case=case, B=B, kv=kv, stage=stage, config={**shipped, **(cfg or {})}, us=us, tbps=tbps,
+            rows.append(dict(case=case, B=B, kv=kv, stage=stage, config=label, num_splits=splits, us=us, tbps=tbps,
                              of_copy=tbps / copy["tbps"], timing=mode))
         run(None, f"shipped ({name})")
         for cfg in grid or decode_candidates(smoke): run(cfg, "1")
         best = sorted((r for r in rows if r.get("case") == case and r.get("stage") == "1" and "us" in r),
                       key=lambda r: r["us"])[:top]
-        if grid and any("split_waves" in g for g in grid): best = []       # the grid names the waves: no stage 2
+        if grid and any("split_waves" in g or "split_keys" in g for g in grid): best = []   # the grid sets the splits
         for r in best:
             for w in (waves[:1] if smoke else waves):
                 if w != r["config"]["split_waves"]: run(dict(r["config"], split_waves=w), "2")
@@ -460,7 +469,8 @@ def main(argv=None) -> int:
                          "e.g. 4:128K,8:32K,16:64K")
     ap.add_argument("--decode-grid", metavar="'KEY=V,... ...'", type=decode_grid, default=None,
                     help="the decode sweep's stage-1 candidates instead of its 72-launch grid, e.g. 'block_n=16,32 "
-                         "num_stages=5 split_waves=4,8,16' (keys: " + ", ".join(DECODE_KEYS) + ")")
+                         "num_stages=5 split_waves=4,8,16' (keys: " + ", ".join(DECODE_KEYS) + "; split_keys=2048 sets "
+                         "ceil(KV / 2048) splits instead of the waves rule)")
     ap.add_argument("--budget", type=float, default=540, help="seconds for the whole run (default 540: one 10-minute "
                                                                 "device call with room to start); what is left out says "
                                                                 "so. The prefill timing comes before the decode sweep, "

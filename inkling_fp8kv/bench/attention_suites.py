@@ -78,10 +78,15 @@ def dense_reference(inp: dict, b: int = 0, h: int = 0) -> torch.Tensor:
     return torch.softmax(s.masked_fill(d < 0, float("-inf")), -1) @ v[b, hk].float()
 
 # %% ../../nbs/15c_bench_attention.ipynb #389ba41d
-SDPA_BACKENDS = dict(sdpa_cudnn_nobias="CUDNN_ATTENTION", sdpa_flash_nobias="FLASH_ATTENTION")
+# impl -> (`SDPBackend` name, whether a prefill runs causal). torch's cuDNN path has only a top-left causal flag, so
+# its lower-right causal prefill needs a boolean mask (`sdpa_cudnn_nobias`); without any mask (`sdpa_cudnn_allkeys`)
+# every query sees every key: more pairs than causal, the time an in-kernel lower-right mask would stay under
+SDPA_BACKENDS = dict(sdpa_cudnn_nobias=("CUDNN_ATTENTION", True), sdpa_cudnn_allkeys=("CUDNN_ATTENTION", False),
+                     sdpa_flash_nobias=("FLASH_ATTENTION", True))
 
-def sdpa_nobias(inp: dict, backend: str | None = None):
-    "SDPA without the bias, [B, Hq, Sq, 128] out, on `backend` (an `SDPBackend` name; None: torch picks)."
+def sdpa_nobias(inp: dict, backend: str | None = None, causal: bool = True):
+    """SDPA without the bias, [B, Hq, Sq, 128] out, on `backend` (an `SDPBackend` name; None: torch picks); a prefill
+    is lower-right causal unless `causal` is False (then every query sees every key)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
@@ -92,10 +97,11 @@ def sdpa_nobias(inp: dict, backend: str | None = None):
     else:
         rep = q.shape[1] // k.shape[1]     # lower-right causal kernels take no GQA: expand K/V (prefill: compute-bound)
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        if backend == "CUDNN_ATTENTION":   # a CausalBias dispatches to flash or mem-efficient only: cuDNN takes a mask
+        if not causal: mask = None
+        elif backend == "CUDNN_ATTENTION":  # a CausalBias dispatches to flash or mem-efficient only: cuDNN takes a mask
             mask = torch.ones(Sq, kv, dtype=torch.bool, device=q.device).tril(kv - Sq)
         else: mask = causal_lower_right(Sq, kv)
-        if backend == "FLASH_ATTENTION" and not _flash_can_run(q, k, v):
+        if backend == "FLASH_ATTENTION" and causal and not _flash_can_run(q, k, v):
             raise RuntimeError("SDPA's flash kernel cannot run this call here (can_use_flash_attention is False)")
         call = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1 / 128)
     def run():
@@ -103,9 +109,11 @@ def sdpa_nobias(inp: dict, backend: str | None = None):
     return run
 
 def _flash_can_run(q, k, v) -> bool:
-    "Whether SDPA's flash kernel takes these inputs (else a CausalBias falls back to another kernel silently)."
+    """Whether SDPA's flash kernel takes these inputs (else a CausalBias falls back to another kernel silently): the
+    question the CausalBias itself asks, with `is_causal` False (asked with True, the check refuses every prefill
+    whose query and key lengths differ, a rule for the top-left causal flag, not the lower-right kernel it calls)."""
     from torch.backends.cuda import SDPAParams, can_use_flash_attention
-    return q.is_cuda and can_use_flash_attention(SDPAParams(q, k, v, None, 0.0, True, False))
+    return q.is_cuda and can_use_flash_attention(SDPAParams(q, k, v, None, 0.0, False, False))
 
 def flex_scoremod(inp: dict, *, compile: bool = True):
     "FlexAttention, the bias as a score-mod, a bottom-right causal block mask (compiled on a GPU); [B, Hq, Sq, 128]."
@@ -187,6 +195,9 @@ PEERS = {"ours": "our rel_attention on a paged cache (fp8: e4m3 q, K, V; bf16)",
          "bf16": "our Triton kernels on a bf16 cache",
          "sdpa_nobias": "torch SDPA without the bias (decode: GQA; prefill: lower-right causal mask, K/V to Hq heads)",
          "sdpa_cudnn_nobias": "sdpa_nobias on SDPA's cuDNN kernel alone (prefill: the lower-right mask as booleans)",
+         "sdpa_cudnn_allkeys": "SDPA's cuDNN kernel alone without the bias or any mask: a prefill's queries see every "
+                               "key, Sq·kv pairs (8K x 64K: 6.7 % more than causal, 1K x 4K: 14 %); its TFLOP/s "
+                               "count the causal pairs, as every row's do",
          "sdpa_flash_nobias": "sdpa_nobias on SDPA's flash kernel alone (prefill: its bottom-right causal mask)",
          "flex_scoremod": "torch FlexAttention, the bias as a score-mod, bottom-right causal block mask (compiled)",
          "fa4_scoremod": "FlashAttention-4 bf16, causal, the bias as a score-mod",
@@ -270,8 +281,8 @@ SM90_CASES = {"global 8K x 64K": (1, 8192, 65536, None, "eager"), "global 2K x 8
               "global 1K x 4K": (1, 1024, 4096, None, "replay"), "global 4 x 512 x 2K": (4, 512, 2048, None, "replay"),
               "local 8K x 64K": (1, 8192, 65536, 512, "eager"), "decode B=32, 64K": (32, 1, 65536, None, "replay"),
               "decode B=8, 128K": (8, 1, 131072, None, "replay"), "decode B=1, 64K": (1, 1, 65536, None, "replay")}
-SM90_IMPLS = ("fp8 fast path", "fp8 portable", "bf16", "sdpa_cudnn_nobias", "sdpa_flash_nobias", "flex_scoremod",
-              "fa4_scoremod")
+SM90_IMPLS = ("fp8 fast path", "fp8 portable", "bf16", "sdpa_cudnn_nobias", "sdpa_cudnn_allkeys", "sdpa_flash_nobias",
+              "flex_scoremod", "fa4_scoremod")
 SM90_GRID_PREFILL = ((2048, 8192), (2048, 65536), (8192, 8192), (8192, 65536))
 SM90_GRID_DECODE = tuple((B, kv) for B in (1, 8, 32) for kv in (8192, 32768, 65536, 131072))
 SM90_SMOKE = dict(cases={"global 48 x 160": (1, 48, 160, None, "replay"),
@@ -342,7 +353,9 @@ def _case_rows(case: str, spec: tuple, Hq: int, heads: dict, device, fa4_why: st
             elif impl == "bf16": fn = ours(inputs(dt), window=window)
             elif window is not None:
                 rows.append(row | dict(skipped="a dense peer has no sliding window here")); continue
-            elif impl in SDPA_BACKENDS: fn = sdpa_nobias(inputs("dense"), SDPA_BACKENDS[impl])
+            elif impl == "sdpa_cudnn_allkeys" and Sq == 1:
+                rows.append(row | dict(skipped="a decode sees every key: the sdpa_cudnn_nobias call")); continue
+            elif impl in SDPA_BACKENDS: fn = sdpa_nobias(inputs("dense"), *SDPA_BACKENDS[impl])
             elif impl == "flex_scoremod": fn = flex_scoremod(inputs("dense"), compile=on_gpu(device))
             elif fa4_why: rows.append(row | dict(skipped=fa4_why)); continue
             else: fn = fa4_call(inputs("dense"), bias=True)

@@ -40,8 +40,9 @@ def _kv_tile(K, V, bt_row, num_blocks, kv_len, j0, stride_ks, stride_kb, stride_
         kv_ok = tl.full([BLOCK_N], 1, tl.int1)
     else:
         kv_ok = offs_n < kv_len
-    if BLOCK_N <= PAGE:
-        # the whole tile lies in one page: one block-table read, rows at a constant stride
+    if PAGE % BLOCK_N == 0:
+        # the whole tile lies in one page (tiles start at multiples of BLOCK_N): one block-table read. A page that is
+        # not a multiple of the tile (vLLM's hybrid models can size pages as, say, 48 tokens) is looked up per key
         blk = tl.load(bt_row + j0 // PAGE).to(tl.int64)
     else:
         blk = tl.load(bt_row + offs_n // PAGE, mask=kv_ok, other=0).to(tl.int64)

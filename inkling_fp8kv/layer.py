@@ -389,7 +389,7 @@ class WarmupKey:
     conv_block_size: int
     max_seqlen_q: int         # bucketed: the next power of two of the longest query
     num_splits: int           # split-KV programs per (request, KV head); 1 for prefill
-    decode_config: str        # ATTN_CONFIGS entry of a decode launch; '' for prefill
+    decode_config: str        # a decode launch's kernel ('decode_sm90' or its ATTN_CONFIGS entry); '' for prefill
     prep: tuple               # ('fused', T) or ('tiled', T, n_kv, n_rel), each int as its specialization class
     tables: tuple             # specialization classes of the block tables' row strides and the conv table's width
 
@@ -397,8 +397,8 @@ def _warmup_key(self: InklingAttention, num_tokens: int, num_reqs: int, max_seql
                 block_table_stride: int, conv_table_stride: int, conv_table_width: int) -> WarmupKey:
     g, fp8, dev = self.geom, self.kv.quantized, self.q_scale.device
     if max_seqlen_q == 1:
-        name, _ = attention.decode_config(num_reqs, fp8=fp8, device=dev)
-        splits = attention.decode_splits(num_reqs, g.num_kv_heads, max_seqlen_k, fp8=fp8, window=g.window, device=dev)
+        name, _, splits = attention.decode_launch(num_reqs, g.num_heads, g.num_kv_heads, max_seqlen_k, fp8=fp8,
+                                                  window=g.window, device=dev)
     else: name, splits = "", 1
     launch = store.prep_launch(g, num_tokens)
     cdt = str(self.kv.compute_dtype).removeprefix("torch.")
@@ -434,7 +434,7 @@ def _warmup_plan(self: InklingAttention, *, max_num_seqs: int, max_num_batched_t
     g, fp8, dev = self.geom, self.kv.quantized, self.q_scale.device
     # decode batches: every split count their lengths give
     for B in range(1, min(max_num_seqs, max_num_batched_tokens) + 1):
-        bn = attention.decode_config(B, fp8=fp8, device=dev)[1]["block_n"]
+        bn = attention.decode_launch(B, g.num_heads, g.num_kv_heads, 1, fp8=fp8, window=g.window, device=dev)[1]
         for s in range(1, attention.MAX_SPLITS + 1):
             mk = min((s - 1) * bn + 1, max_model_len)
             add(B, B, 1, mk)

@@ -1,4 +1,4 @@
-"""Compile the SM90 Gluon prefill kernel for sm_90a on any machine (no GPU needed: Triton's compiler and its bundled
+"""Compile the SM90 Gluon prefill and decode kernels for sm_90a on any machine (no GPU needed: Triton's compiler and its bundled
 ptxas), and print one JSON line per build: its wgmma shapes and types, TMA copies, shared memory, registers (and those
 `setmaxnreg` gives each warp-specialized partition), spills, its hot loops' per-tile instruction counts, and the
 sha256 of the cubin. Notebook 07c's CPU test runs it; run it without TRITON_INTERPRET.
@@ -37,10 +37,12 @@ def load(path):
     m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
     return m
 
-def case_key(page, window) -> str: return f"page {page}, " + (f"window {window}" if window else "global")
+def case_key(page, window, kernel="prefill") -> str:
+    return ("decode " if kernel == "decode" else "") + f"page {page}, " + (f"window {window}" if window else "global")
 
-def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8, sass_out=False):
-    "One build's measures (with `sass_out`, its SASS text too, under 'sass')."
+def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8, sass_out=False, kernel="prefill"):
+    "One build's measures (with `sass_out`, its SASS text too, under 'sass'); `kernel=\"decode\"`: `build_decode`'s."
+    if kernel == "decode": return build_decode(page, window, G=G, Hkv=Hkv, E=E)
     m = load(path)
     _, kc, vc = alloc_kv_cache(4, page, Hkv, dtype=E4M3_DTYPE)
     q = torch.zeros(T, G * Hkv, 128, dtype=torch.uint8).view(E4M3_DTYPE)
@@ -122,13 +124,50 @@ def hot_loops(sass: str) -> dict:
         found.pop("near_largest")             # one kind of bias loop (a copy per consumer warpgroup): "near" is it
     return found
 
+DECODE_SHIPPED = [dict(kernel="decode", page=p, window=w) for p in (64, 16) for w in (None, 512)]
+
+def build_decode(page, window, G=8, Hkv=2, E=1024, B=2):
+    "One build of the SM90 decode kernel (`_decode_sm90_kernel`, launched as `launch_decode_sm90` launches it)."
+    import inkling_fp8kv.attention_sm90 as m
+    _, kc, vc = alloc_kv_cache(4, page, Hkv, dtype=E4M3_DTYPE)
+    meta = dict(G=G, N=max(8, triton.next_power_of_2(G)), BLOCK_N=m.DECODE_BLOCK_N, PAGE=page,
+                HAS_WINDOW=window is not None, P_OFFSET=float(m.MAX_OFFSET))
+    fn, names = m._decode_sm90_kernel, m._decode_sm90_kernel.arg_names
+    ptrs = dict(Q="*fp8e4nv", K="*fp8e4nv", V="*fp8e4nv", REL="*bf16", OPART="*fp32", LSE="*fp32", BT="*i32",
+                SEQ="*i32", CU="*i32")
+    sig = {n: "constexpr" if n in meta else ptrs.get(n, "fp32" if n in ("sm_scale_log2", "threshold") else "i32")
+           for n in names}
+    # what Triton's launcher infers for these arguments: 16-byte aligned pointers, the strides of a cache like kc's
+    # (multiples of 16), E; num_blocks is not specialized
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+             if sig[n].startswith("*") or n.startswith(("stride_k", "stride_v", "stride_q", "stride_r", "stride_o"))
+             or n == "E"}
+    t0 = time.time()
+    k = triton.compile(GluonASTSource(fn, sig, {(names.index(n),): v for n, v in meta.items()}, attrs),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=m._DECODE_WARPS))
+    secs = time.time() - t0
+    ptx, sass = k.asm["ptx"], cuobjdump(k, "-sass")
+    mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.(\w+)\.(\w+)\.(\w+)", ptx)
+    use = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", cuobjdump(k, "-res-usage")))
+    loops = sorted((l for l in backward_loops(sass) if any(t.startswith(("QGMMA", "HGMMA")) for t in l)), key=len)
+    far = loops[0] if loops else []
+    return dict(variant="decode", case=case_key(page, window, "decode"), page=page, window=window,
+                seconds=round(secs, 2), wgmma=sorted({f"{s}.{'.'.join(t)}" for s, *t in mma}),
+                shared=k.metadata.shared, qgmma=sass.count("QGMMA"), hgmma=sass.count("HGMMA"),
+                f2fp=sass.count("F2FP"), spill_stores=len(re.findall(r"\bSTL\b", sass)),
+                spill_loads=len(re.findall(r"\bLDL\b", sass)), regs=int(use["REG"]), stack=int(use["STACK"]),
+                far_loop=dict(instrs=len(far), bytes=2 * m.DECODE_BLOCK_N * 128,
+                              **{o: sum(t.startswith(o) for t in far)
+                                 for o in ("QGMMA", "HGMMA", "F2FP", "LDG", "STS", "PRMT", "IMAD")}),
+                cubin_sha256=hashlib.sha256(k.asm["cubin"]).hexdigest())
+
 def record(path: Path):
     "Add this Triton's cubin hashes of the shipped builds to the record at `path` (written atomically)."
     rec = json.loads(path.read_text()) if path.exists() else dict(
         what="sha256 of the SM90 kernel's sm_90a cubins, per Triton version, for the kernel verified on the H200 "
              "(bench/results/gpu_tests.json); notebook 07c's CPU test compares the shipped kernel against them",
         builds={})
-    rec["builds"][triton.__version__] = {case_key(**c): build(**c)["cubin_sha256"] for c in SHIPPED}
+    rec["builds"][triton.__version__] = {case_key(**c): build(**c)["cubin_sha256"] for c in SHIPPED + DECODE_SHIPPED}
     # the results header every file in bench/results carries (no GPU: the code is compiled for sm_90a on this machine)
     rec.update(gpu="none: compiled for sm_90a (GPUTarget cuda 90) by Triton and its ptxas, no GPU needed",
                torch=torch.__version__, triton=", ".join(sorted(rec["builds"])), python=sys.version.split()[0],

@@ -397,19 +397,18 @@ def decode_compile_stats(configs=None) -> list:
     return out
 
 def decode_lab_stats() -> list:
-    """The lab's Gluon split-KV decodes (`tools/sm90_decode_lab.py`, not shipped) compiled for sm_90a like the shipped
-    launches, page 64: each far loop per tile, in `decode_compile_stats`'s row format."""
+    """Notebook 07c's SM90 decode (`_decode_sm90_kernel`, its wgmma kernel) compiled for sm_90a like the portable
+    launches, page 64: its far loop per tile, in `decode_compile_stats`'s row format."""
     sys.path.insert(0, str(ROOT / "tools"))
-    from sm90_decode_lab import compile_stats
-    rows = []
-    for r in compile_stats(pages=(64,)):
-        far = r["loops"][0]                                       # the smallest loop with MMAs: far tiles, no bias
-        rows.append(dict(config=f"gluon {r['kind']} (lab)", fp8=True,
-                         launch=dict(block_n=r["block_n"], num_warps=r["num_warps"]), instrs=far["instrs"],
-                         bytes_per_tile=2 * r["block_n"] * 128, warp_instrs_per_kb=far["warp_instrs_per_kb"],
-                         mma=far["HMMA"] + far["HGMMA"] + far["QGMMA"], f2fp=far["F2FP"], prmt=far["PRMT"],
-                         imad=far["IMAD"], spills=r["spills"], shared=r["shared"], ptx_mma=r["ptx_mma"]))
-    return rows
+    from sm90_compile import build_decode
+    from inkling_fp8kv.attention_sm90 import DECODE_BLOCK_N, _DECODE_WARPS
+    b = build_decode(64, None)
+    f = b["far_loop"]
+    return [dict(config="sm90 decode (07c)", fp8=True, launch=dict(block_n=DECODE_BLOCK_N, num_warps=_DECODE_WARPS),
+                 instrs=f["instrs"], bytes_per_tile=f["bytes"],
+                 warp_instrs_per_kb=round(1024 * f["instrs"] * _DECODE_WARPS / f["bytes"], 1),
+                 mma=f["QGMMA"] + f["HGMMA"], f2fp=f["F2FP"], prmt=f["PRMT"], imad=f["IMAD"],
+                 spills=b["spill_stores"] + b["spill_loads"], shared=b["shared"], ptx_mma=b["wgmma"])]
 
 def warm_timed(mod) -> None:
     "Compile `mod`'s builds that `TIMED` uses (page 64, each window) with one small call each: timing finds them built."
@@ -460,7 +459,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-decode", action="store_true", help="split-KV decode's shipped launches compiled for "
                                                                   "sm_90a (no GPU): the far-tile loop's instructions "
                                                                   "per tile and per KB read, MMAs, e4m3 conversions; "
-                                                                  "then the lab's Gluon decodes (sm90_decode_lab.py)")
+                                                                  "then notebook 07c's SM90 decode")
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode sweep")
     ap.add_argument("--no-prefill", action="store_true", help="skip the prefill variants")

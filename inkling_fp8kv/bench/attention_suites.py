@@ -190,7 +190,8 @@ PEER_CHECKS = ((2, 1, 4096), (1, 256, 4096))      # (B, Sq, kv) where each biase
 PEER_TOL = 1e-2      # bf16 outputs below 1 in magnitude round by <= 2^-9; bf16 P in P.V adds a few of those
 
 PEERS = {"ours": "our rel_attention on a paged cache (fp8: e4m3 q, K, V; bf16)",
-         "fp8 fast path": "our fp8 prefill on the SM90 kernel (notebook 07c), asked for where sm90_eligible allows",
+         "fp8 fast path": "our fp8 prefill and decode on the SM90 kernels (notebook 07c), asked for where sm90_eligible "
+                          "allows",
          "fp8 portable": "our portable Triton fp8 kernels (fast_path=False)",
          "bf16": "our Triton kernels on a bf16 cache",
          "sdpa_nobias": "torch SDPA without the bias (decode: GQA; prefill: lower-right causal mask, K/V to Hq heads)",
@@ -345,9 +346,6 @@ def _case_rows(case: str, spec: tuple, Hq: int, heads: dict, device, fa4_why: st
                 i8 = inputs(F8)
                 why = sm90_eligible(i8["q"], i8["k_cache"], i8["v_cache"], i8["rel_logits"], max_seqlen_q=Sq)
                 row.update(fast_path=why is None, **({} if why is None else dict(fast_path_reason=why)))
-                if Sq == 1:
-                    rows.append(row | dict(skipped="the fast path is a prefill kernel" + (f": {why}" if why else "")))
-                    continue
                 fn = ours(i8, window=window, fast_path=True if why is None else None)
             elif impl == "fp8 portable": fn, row["fast_path"] = ours(inputs(F8), window=window, fast_path=False), False
             elif impl == "bf16": fn = ours(inputs(dt), window=window)
@@ -367,13 +365,13 @@ def _case_rows(case: str, spec: tuple, Hq: int, heads: dict, device, fa4_why: st
     return rows
 
 def _fast_path_check(spec: tuple, Hq: int, heads: dict, device) -> dict:
-    "The fast path's output against the portable kernel's on one prefill case's inputs, before any timing."
+    "The fast path's output against the portable kernel's on one case's inputs (prefill or decode), before any timing."
     from inkling_fp8kv.attention_sm90 import sm90_eligible
     B, Sq, kv, w, _ = spec
     inp = paged_attention_inputs(B, kv, Hq, Sq, E4M3_DTYPE, E=w or heads["E"], Hkv=heads["Hkv"], device=device, seed=1)
     fast = sm90_eligible(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], max_seqlen_q=Sq) is None
     a, b = ours(inp, window=w, fast_path=True if fast else None)(), ours(inp, window=w, fast_path=False)()
-    return dict(case=f"{Sq} x {kv}", rel_fro=((a.float() - b.float()).norm() / b.float().norm()).item(), fast_path=fast)
+    return dict(case=f"{Sq} x {kv}" if Sq > 1 else f"decode B={B} x {kv}", rel_fro=((a.float() - b.float()).norm() / b.float().norm()).item(), fast_path=fast)
 
 # %% ../../nbs/15c_bench_attention.ipynb #0641b340
 def _grid_rows(device, heads: dict, *, quick: bool, smoke: bool, t0: float) -> list:
@@ -419,7 +417,8 @@ def sm90_suite(device, *, quick: bool = False, smoke: bool = False, grid: bool =
     cases = SM90_SMOKE["cases"] if smoke else \
         {k: v for k, v in SM90_CASES.items() if not (quick and k.startswith("local"))}
     first = next(v for v in cases.values() if v[1] > 1 and v[3] is None)       # a global prefill
-    checks = [_fast_path_check(cases.get("global 2K x 8K", first), Hq, heads, device)]
+    first_decode = next(v for v in cases.values() if v[1] == 1 and v[3] is None)
+    checks = [_fast_path_check(spec, Hq, heads, device) for spec in (cases.get("global 2K x 8K", first), first_decode)]
     peer_heads = dict(Hq=4, Hkv=2, E=16) if smoke else PEER_HEADS
     checks += _check_peers(device, peer_heads, PEER_CASES_SMOKE.values() if smoke else PEER_CHECKS, fa4)
     rows = []

@@ -86,7 +86,7 @@ def time_rows(budget_s: float, t0: float) -> list:
             except Exception as e: return rows.append(dict(case=case, impl=impl, error=f"{type(e).__name__}: {e}"[:300]))
             tb = nbytes / (us * 1e-6) / 1e12
             rows.append(dict(case=case, B=B, kv=kv, impl=impl, us=us, tbps=tb, of_copy=tb / copy["tbps"], **extra))
-        add("shipped", _call(inp, fast_path=False, num_splits=None, out=out))       # the portable decode's own launch
+        add("portable", _call(inp, fast_path=False, num_splits=None, out=out))      # the portable decode's own launch
         for waves in WAVES:                  # programs per SM, a warpgroup each
             splits = decode_num_splits(B, 2, kv, block_n=DECODE_BLOCK_N, waves=waves, num_sms=sms)
             add("sm90", _call(inp, fast_path=True, num_splits=splits, out=out), block_n=DECODE_BLOCK_N,

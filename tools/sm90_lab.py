@@ -7,7 +7,7 @@ the way notebook 07c builds its one-level control: the shipped kernel itself is 
   python tools/sm90_lab.py --compile [VARIANT...]     any machine, no GPU: each variant compiled for sm_90a by Triton
                                                       and its ptxas (tools/sm90_compile.py): registers, spills, shared
                                                       memory, wgmma shapes; a variant that no longer applies fails here
-  PYTHONPATH=$PWD python tools/sm90_lab.py [--out DIR] [--no-decode] [VARIANT...]
+  PYTHONPATH=$PWD python tools/sm90_lab.py [--out DIR] [--breakdown] [--no-decode] [VARIANT...]
                                                       on the H200: each variant checked against the shipped fast path
                                                       and the portable kernel on mixed batches (global and window
                                                       layers, pages 16/64/128, Hq 16/8), then timed beside the shipped
@@ -264,6 +264,38 @@ def time_variants(mods: dict, deadline: float = math.inf) -> list:
         torch.cuda.empty_cache()
     return rows
 
+def breakdown(cases=TIMED) -> list:
+    """The shipped fast path's time per `TIMED` case split into its two launches, each timed alone the way the case
+    is (graph replay or eager): the Vᵀ pre-pass, the prefill kernel on a filled scratch, and both as `prefill_sm90`
+    runs them; with a copy of the V bytes the pre-pass reads, as its floor."""
+    import torch
+    import inkling_fp8kv.attention_sm90 as m
+    from inkling_fp8kv.bench.harness import time_us
+    rows = []
+    for case, B, Sq, kv, window, mode in cases:
+        inp = _inputs(B, Sq, kv, 16, 64, window, seed=kv + Sq + B)
+        out = torch.empty(inp["q"].shape, dtype=torch.bfloat16, device="cuda")
+        kw = dict(block_table=inp["block_table"], seq_lens=inp["seq_lens"], cu_seqlens_q=inp["cu_seqlens_q"],
+                  max_seqlen_q=Sq, softmax_scale=1 / 128, window=window, v_scale=1.0, threshold=0.75,
+                  max_seqlen_k=kv)
+        grid, args, meta = m._launch_args(inp["q"], inp["k_cache"], inp["v_cache"], inp["rel_logits"], out=out, **kw)
+        pre = lambda: m._vt_prepass(inp["v_cache"], args[2].base, kw["block_table"], kw["seq_lens"],
+                                    kw["cu_seqlens_q"], window)
+        kern = lambda: m._prefill_sm90_kernel[grid](*args, **meta, maxnreg=m._MAXNREG)
+        both = lambda: (pre(), kern())
+        pre(); kern(); torch.cuda.synchronize()
+        nbytes = B * kv * 2 * 128                        # the V bytes the pre-pass reads (and writes transposed)
+        src = torch.empty(nbytes, dtype=torch.uint8, device="cuda"); dst = torch.empty_like(src)
+        row = dict(case=case, mode=mode, grid=list(grid), ctas=math.prod(grid),
+                   num_sms=torch.cuda.get_device_properties(0).multi_processor_count, v_bytes=nbytes)
+        for name, fn in (("prepass", pre), ("kernel", kern), ("both", both), ("copy_v", lambda: dst.copy_(src))):
+            try: row[f"{name}_us"] = time_us(fn, mode)
+            except Exception as e: row[f"{name}_error"] = f"{type(e).__name__}: {e}"[:300]
+        rows.append(row)
+        del inp, out, args, src, dst
+        torch.cuda.empty_cache()
+    return rows
+
 # ---- split-KV decode: launch configurations around the shipped pick, at the issue's three decode shapes -------------
 DECODE = [("decode B=32, KV 64K", 32, 65536), ("decode B=8, KV 128K", 8, 131072), ("decode B=1, KV 64K", 1, 65536)]
 DECODE_SMOKE = [("decode B=2, KV 160", 2, 160)]
@@ -463,6 +495,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--no-decode", action="store_true", help="skip the decode sweep")
     ap.add_argument("--no-prefill", action="store_true", help="skip the prefill variants")
+    ap.add_argument("--breakdown", action="store_true", help="on the GPU: the shipped fast path's time per case split "
+                                                              "into the Vt pre-pass and the prefill kernel (`breakdown`), "
+                                                              "before anything else")
     ap.add_argument("--decode-shapes", metavar="B:KV,...", type=decode_shapes, default=None,
                     help="the decode sweep's shapes instead of the issue's three (B=32 64K, B=8 128K, B=1 64K), "
                          "e.g. 4:128K,8:32K,16:64K")
@@ -531,6 +566,12 @@ def main(argv=None) -> int:
     res = dict(run_header("python tools/sm90_lab.py " + " ".join(argv if argv is not None else sys.argv[1:]), device),
                what=__doc__.split("\n\n")[0], variants={n: VARIANTS[n][1] for n in names})
     def save(): write_json_atomic(out / "sm90_lab.json", res | dict(wall_s=time.time() - t0))
+    if a.breakdown:
+        res["breakdown"] = breakdown()
+        save()
+        for r in res["breakdown"]:
+            print(f"{r['case']:30s} {r['ctas']:4d} CTAs: " + ", ".join(f"{k[:-3]} {r[k]:8.1f} us" for k in r
+                                                                       if k.endswith("_us")), flush=True)
     if not a.no_prefill:
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(max(1, min(8, (os.cpu_count() or 2) // 2))) as pool:   # children compile side by side

@@ -111,30 +111,8 @@ def interior_bias(src: str) -> str:
 def stages4(src: str) -> str:
     return edit(src, "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4,", "_CONSUMER_REGS, _MAXNREG = 128, 128, 4, 4,")
 
-def regs240(src: str) -> str:
-    return edit(src, "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 232, 168", "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 240, 168")
-
-def bias_early(src: str) -> str:
-    "A near tile's bias gather issued before the wait on its Q.K^T wgmma, so the load's latency runs under the MMA."
-    old = """    qk = warpgroup_mma_wait(0, deps=(qk,))
-    if MASKED:
-        offs_n = keys.lo + j * cfg.BLOCK_N + gl.arange(0, cfg.BLOCK_N, layout=gl.SliceLayout(0, cfg.s_layout))
-        d = pos[:, None] - offs_n[None, :]
-        in_e = (d >= 0) & (d < qt.E) & row_valid[:, None]
-        rel = gl.load(qt.REL + rel_off[:, None] + d, mask=in_e, other=0.0).to(gl.float32)
-"""
-    new = """    if MASKED:
-        offs_n = keys.lo + j * cfg.BLOCK_N + gl.arange(0, cfg.BLOCK_N, layout=gl.SliceLayout(0, cfg.s_layout))
-        d = pos[:, None] - offs_n[None, :]
-        in_e = (d >= 0) & (d < qt.E) & row_valid[:, None]
-        rel = gl.load(qt.REL + rel_off[:, None] + d, mask=in_e, other=0.0)
-    qk = warpgroup_mma_wait(0, deps=(qk,))
-    if MASKED:
-        rel = rel.to(gl.float32)
-"""
-    return edit(src, old, new)
-
-# name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical)
+# name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
+# Gone from here: regs240 (folded into 07c on 2026-12-06), bias_early (not exact, no faster); their records in bench/notes
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
                              "runs under the other's MMAs", True),
@@ -142,10 +120,6 @@ VARIANTS = {
     "interior": ([interior_bias], "near tiles wholly inside every row's bias band add the bias unmasked", True),
     "pingpong+interior": ([interior_bias, pingpong], "both", True),
     "stages4": ([stages4], "four K/V^T stages", True),
-    "regs240": ([regs240], "consumers at 240 registers (the producer only issues TMA)", True),
-    "bias_early": ([bias_early], "a near tile's bias gather issued before the wait on its Q.K^T", True),
-    "bias_early+regs240": ([bias_early, regs240], "both", True),
-    "pingpong+interior+regs240": ([interior_bias, pingpong, regs240], "all three", True),
 }
 
 def variant_source(name: str) -> str:

@@ -56,7 +56,7 @@ def _longest(seq_lens, max_seqlen_k) -> int:
     return max_seqlen_k if max_seqlen_k is not None else int(seq_lens.max().item())
 
 def _launch_decode(q, k_cache, v_cache, rel_logits, *, seq_lens, window, num_splits, max_seqlen_k, config, **kw):
-    "The portable split-KV decode: the `ATTN_CONFIGS` launch of this batch, `num_splits` from its tiles and waves if None."
+    "The portable split-KV decode: this batch's `ATTN_CONFIGS` launch; `num_splits` None: from its tiles and waves."
     Hkv, B = k_cache.shape[2], seq_lens.shape[0]
     cfg = _launch_config("decode", decode_config(B, fp8=q.dtype == E4M3_DTYPE, device=q.device)[1], config)
     if num_splits is None:
@@ -96,13 +96,15 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, num_
         raise RuntimeError("the triton backend needs a CUDA GPU or TRITON_INTERPRET=1 set before import")
     decode = max_seqlen_q == 1
     if not decode:
-        _check(num_splits in (None, 1), f"num_splits={num_splits}: split-KV is for decode batches (max_seqlen_q == 1) only")
+        _check(num_splits in (None, 1),
+               f"num_splits={num_splits}: split-KV is for decode batches (max_seqlen_q == 1) only")
     if fast_path or (fast_path is None and q.dtype == E4M3_DTYPE and config is None and q.device.type == "cuda"):
         from inkling_fp8kv import attention_sm90      # notebook 07c builds on this module: imported on first use
         # the automatic choice asks the (cheap) capability first: on a GPU it does not vouch for, no eligibility work
         why = (attention_sm90.sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, out=kw["out"],
                                             block_table=kw["block_table"], max_seqlen_k=max_seqlen_k)
-               if fast_path or attention_sm90.auto_selects(q.device, decode=decode) else "not picked automatically here")
+               if fast_path or attention_sm90.auto_selects(q.device, decode=decode)
+               else "not picked automatically here")
         if why is None and decode:
             return attention_sm90.launch_decode_sm90(q, k_cache, v_cache, rel_logits, num_splits=num_splits,
                                                      max_seqlen_k=max_seqlen_k, **kw)

@@ -473,9 +473,9 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
     return None
 
 # %% ../nbs/07c_attention_sm90.ipynb #fa9607e5
-# the compute capabilities where rel_attention(fast_path=None) picks these kernels: those where this notebook's `#| cuda`
-# tests (and 07's and 08's) passed with the kernel exactly as it is here (bench/results/gpu_tests.json); the decode
-# kernel is vouched for separately
+# the compute capabilities where rel_attention(fast_path=None) picks these kernels: those where this notebook's
+# `#| cuda` tests (and 07's and 08's) passed with the kernel exactly as it is here (bench/results/gpu_tests.json); the
+# decode kernel is vouched for separately
 AUTO_CAPABILITIES = ((9, 0),)
 AUTO_DECODE_CAPABILITIES = ((9, 0),)
 
@@ -696,7 +696,7 @@ def decode_sm90_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, wind
 def launch_decode_sm90(q, k_cache, v_cache, rel_logits, *, seq_lens, window, num_splits, max_seqlen_k, out,
                        **kw) -> torch.Tensor:
     "`decode_sm90` without its checks, for a caller that asked `sm90_eligible` already (`rel_attention`'s dispatch)."
-    from inkling_fp8kv.attention import _split_kv, _longest     # notebook 07: the split launch and merge both kernels use
+    from inkling_fp8kv.attention import _split_kv, _longest     # notebook 07: both kernels' split launch and merge
     Hkv, B, G = k_cache.shape[2], seq_lens.shape[0], q.shape[1] // k_cache.shape[2]
     if B == 0: return out
     if num_splits is None:
@@ -710,9 +710,9 @@ def decode_sm90(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_se
                 v_scale=1.0, threshold=SAFE_RESCALE_THRESHOLD, num_splits=None, max_seqlen_k=None,
                 out=None) -> torch.Tensor:
     """fp8 relative-bias split-KV decode on SM90 (Gluon: a warpgroup per split, e4m3 wgmma for K·Qᵀ, f16 wgmma for
-    Vᵀ·Pᵀ), one query per request: bf16 `[B, Hq, 128]`. Arguments as `rel_attention`'s trusted path (host floats; the
-    metadata is not read); `NotImplementedError` where `sm90_eligible` refuses. `num_splits` None: `decode_sm90_splits`
-    of `max_seqlen_k` (read from `seq_lens`, one host sync, when None too)."""
+    Vᵀ·Pᵀ), one query per request: bf16 `[B, Hq, 128]`. Arguments as `rel_attention`'s trusted path (host floats;
+    the metadata is not read); `NotImplementedError` where `sm90_eligible` refuses. `num_splits` None:
+    `decode_sm90_splits` of `max_seqlen_k` (read from `seq_lens`, one host sync, when None too)."""
     why = sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=1, out=out)
     if why is not None: raise NotImplementedError(f"decode_sm90 cannot run this call: {why}")
     _check_host_args(softmax_scale, v_scale, window, threshold)

@@ -18,6 +18,7 @@ from .numerics import E4M3_DTYPE, triton_target
 from .rescale import LOG2E, MAX_OFFSET, SAFE_RESCALE_THRESHOLD, check_rescale_threshold, lazy_rescale_max
 from .attention_kernels import key_range, _decode_split_range
 from .attention_launch import decode_num_splits, _num_sms
+from .attention import _split_kv, _longest      # notebook 07: both kernels' split launch and merge
 
 try:
     from triton.experimental import gluon
@@ -402,6 +403,40 @@ def _int32_span(t: torch.Tensor) -> int:
     "One past the largest element offset `t` addresses (its numel when contiguous)."
     return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
 
+def _prefill_layout_refusal(k_cache, v_cache, Hq, Hkv, G, page) -> str | None:
+    "The prefill kernel's own conditions on the heads and the cache layout (TMA), or None."
+    if G < 1 or G & (G - 1) or 128 % G:
+        return (f"Hq={Hq}, Hkv={Hkv}: a 128-row tile packs 128 / G tokens x G heads, so G = Hq / Hkv must be a power "
+                "of two <= 128")
+    if page % 8 or not (128 % page == 0 or page % 128 == 0):
+        return (f"block_size {page}: a TMA box per page must cover whole 8-row swizzle atoms and a 128-key tile whole "
+                "pages (a multiple of 8 that divides 128, or a multiple of 128)")
+    rows = []
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        s = c.stride()
+        if c.data_ptr() % 16 or s[1] % 16 or s[2] % 16:
+            return (f"{name}: a TMA descriptor needs a 16-byte aligned base and strides (data_ptr % 16 = "
+                    f"{c.data_ptr() % 16}, strides {s})")
+        r = _rows_2d(c)
+        if r is None:
+            return (f"{name} strides {s}: TMA reads the cache as token rows, NHD (stride(0) == block_size * stride(1)) "
+                    "or HND (each head's page a run of rows); other layouts run on the portable kernel")
+        rows.append(r[1:] + (r[0].shape[0],))
+    if rows[0] != rows[1]:
+        return f"k_cache and v_cache address their rows differently {rows}: they must be views of one layout"
+    if rows[0][3] >= 2 ** 31: return f"{rows[0][3]} cache rows: the kernel's TMA rows are int32"
+    return None
+
+def _decode_layout_refusal(k_cache, v_cache, Hq, Hkv, G) -> str | None:
+    "The decode kernel's own conditions on the heads and the cache layout (plain loads: any page size), or None."
+    if not 1 <= G <= DECODE_MAX_G:
+        return (f"Hq={Hq}, Hkv={Hkv}: the decode kernel packs a KV head's G = Hq / Hkv query heads into one wgmma's N "
+                f"(8 or 16), so G must be an integer <= {DECODE_MAX_G}")
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        return (f"k_cache/v_cache strides {k_cache.stride()}/{v_cache.stride()}: the decode kernel reads rows "
+                "contiguous in the head dimension")
+    return None
+
 def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, capability=None, block_table=None,
                   max_seqlen_k=None) -> str | None:
     """None where this notebook's kernel for the call can run it, else the reason it cannot; reads no device data.
@@ -427,32 +462,9 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
                 "dim 128")
     Hq, (page, Hkv) = q.shape[1], k_cache.shape[1:3]
     G = Hq // Hkv if Hkv and Hq % Hkv == 0 else 0
-    if decode and not 1 <= G <= DECODE_MAX_G:
-        return (f"Hq={Hq}, Hkv={Hkv}: the decode kernel packs a KV head's G = Hq / Hkv query heads into one wgmma's N "
-                f"(8 or 16), so G must be an integer <= {DECODE_MAX_G}")
-    if decode and (k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1):
-        return (f"k_cache/v_cache strides {k_cache.stride()}/{v_cache.stride()}: the decode kernel reads rows "
-                "contiguous in the head dimension")
-    if not decode and (G < 1 or G & (G - 1) or 128 % G):
-        return (f"Hq={Hq}, Hkv={Hkv}: a 128-row tile packs 128 / G tokens x G heads, so G = Hq / Hkv must be a power "
-                "of two <= 128")
-    if not decode and (page % 8 or not (128 % page == 0 or page % 128 == 0)):
-        return (f"block_size {page}: a TMA box per page must cover whole 8-row swizzle atoms and a 128-key tile whole "
-                "pages (a multiple of 8 that divides 128, or a multiple of 128)")
-    rows = []
-    for name, c in () if decode else (("k_cache", k_cache), ("v_cache", v_cache)):
-        s = c.stride()
-        if c.data_ptr() % 16 or s[1] % 16 or s[2] % 16:
-            return (f"{name}: a TMA descriptor needs a 16-byte aligned base and strides (data_ptr % 16 = "
-                    f"{c.data_ptr() % 16}, strides {s})")
-        r = _rows_2d(c)
-        if r is None:
-            return (f"{name} strides {s}: TMA reads the cache as token rows, NHD (stride(0) == block_size * stride(1)) "
-                    "or HND (each head's page a run of rows); other layouts run on the portable kernel")
-        rows.append(r[1:] + (r[0].shape[0],))
-    if rows and rows[0] != rows[1]:
-        return f"k_cache and v_cache address their rows differently {rows}: they must be views of one layout"
-    if rows and rows[0][3] >= 2 ** 31: return f"{rows[0][3]} cache rows: the kernel's TMA rows are int32"
+    why = _decode_layout_refusal(k_cache, v_cache, Hq, Hkv, G) if decode else \
+        _prefill_layout_refusal(k_cache, v_cache, Hq, Hkv, G, page)
+    if why is not None: return why
     if rel_logits.dtype != torch.bfloat16 or rel_logits.stride(-1) != 1:
         return (f"rel_logits {rel_logits.dtype}, strides {rel_logits.stride()}: the SM90 kernel reads a bf16 bias "
                 "contiguous in E")
@@ -696,7 +708,6 @@ def decode_sm90_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, wind
 def launch_decode_sm90(q, k_cache, v_cache, rel_logits, *, seq_lens, window, num_splits, max_seqlen_k, out,
                        **kw) -> torch.Tensor:
     "`decode_sm90` without its checks, for a caller that asked `sm90_eligible` already (`rel_attention`'s dispatch)."
-    from inkling_fp8kv.attention import _split_kv, _longest     # notebook 07: both kernels' split launch and merge
     Hkv, B, G = k_cache.shape[2], seq_lens.shape[0], q.shape[1] // k_cache.shape[2]
     if B == 0: return out
     if num_splits is None:

@@ -9,8 +9,9 @@ mma_v2 decode, which failed its checks and was dropped, and the wgmma decode tha
 in the repository's history; the kernel's CPU checks (its index logic in the interpreter, its sm_90a build) are 07c's.
 
   python tools/sm90_decode_lab.py --compile          any machine: the kernel compiled for sm_90a (tools/sm90_compile.py)
-  PYTHONPATH=$PWD python tools/sm90_decode_lab.py [--out DIR] [--budget S]
-                                                     on an SM90 GPU: the checks, then the times
+  PYTHONPATH=$PWD python tools/sm90_decode_lab.py [--out DIR] [--budget S] [--waves 4,5] [--variant NAME]
+                                                     on an SM90 GPU: the checks, then the times (with --variant, of
+                                                     that edit of the kernel, recorded as "sm90 NAME": `VARIANTS`)
 -> sm90_decode_lab.json in --out, else $OUT, else a new temporary folder (a lab record: read, then kept in bench/notes).
 """
 import argparse, itertools, json, os, sys, tempfile, time
@@ -28,6 +29,90 @@ CHECKS = [  # (B, kv, Hq, page, window, varlen, num_splits)
 SHAPES = [("decode B=32, KV 64K", 32, 65536), ("decode B=8, KV 128K", 8, 131072), ("decode B=1, KV 64K", 1, 65536),
           ("decode B=16, KV 32K", 16, 32768), ("decode B=64, KV 16K", 64, 16384)]
 WAVES = (2, 4, 8, 16)
+
+
+def _edit(src, old, new):
+    if src.count(old) != 1: raise ValueError(f"edit expects one occurrence of {old[:60]!r}")
+    return src.replace(old, new)
+
+
+def prefetch(src: str) -> str:
+    "The far loop issues the next tile's K and V loads before it computes this one (a register double buffer)."
+    src = _edit(src, "        blk = gl.load(bt_row + j0 // PAGE).to(gl.int64)",
+                "        blk = gl.load(bt_row + j0 // PAGE, mask=j0 < limit, other=0).to(gl.int64)")
+    old = """    for j0 in range(start, far_end, BLOCK_N):          # far tiles: whole, unbiased, unmasked
+        k = _paged_rows(K, bt_row, j0, kv_len, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, True)
+        v = _paged_rows(V, bt_row, j0, kv_len, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, True)
+        acc, l_i, m_i = _decode_step("""
+    new = """    k = _paged_rows(K, bt_row, start, far_end, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, False)
+    v = _paged_rows(V, bt_row, start, far_end, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, False)
+    for j0 in range(start, far_end, BLOCK_N):          # far tiles: each one's loads issued a tile ahead
+        k_next = _paged_rows(K, bt_row, j0 + BLOCK_N, far_end, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, False)
+        v_next = _paged_rows(V, bt_row, j0 + BLOCK_N, far_end, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, False)
+        acc, l_i, m_i = _decode_step("""
+    src = _edit(src, old, new)
+    old = """                                     row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False, HAS_WINDOW,
+                                     P_OFFSET, s_l, o_l)
+"""
+    return _edit(src, old, old + "        k, v = k_next, v_next\n")
+
+
+BT_HELPERS = '''
+@gluon.jit
+def _tile_blocks(bt_row, j0, limit, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, layout: gl.constexpr):
+    # the block of each key j0 ... j0 + BLOCK_N - 1 (0 at or past limit), in the row layout of `layout`
+    n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    return gl.load(bt_row + n // PAGE, mask=n < limit, other=0).to(gl.int64)
+
+
+@gluon.jit
+def _rows_of(X, blk, j0, head_off, stride_b, stride_s, BLOCK_N: gl.constexpr, PAGE: gl.constexpr,
+             layout: gl.constexpr):
+    # keys j0 ... of whole far tiles, from their blocks `blk` (`_tile_blocks`)
+    n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    d = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
+    slot = blk * stride_b + (n % PAGE) * stride_s + head_off
+    return gl.load(X + slot[:, None] + d[None, :])
+
+'''
+
+
+def bt_ahead(src: str) -> str:
+    """The far loop reads the next tile's block-table entries a tile ahead, so that a tile's K and V loads wait on one
+    memory latency instead of two (the entry, then the rows it points at)."""
+    src = _edit(src, "\n@gluon.jit\ndef _decode_smem(", BT_HELPERS + "\n@gluon.jit\ndef _decode_smem(")
+    old = """    for j0 in range(start, far_end, BLOCK_N):          # far tiles: whole, unbiased, unmasked
+        k = _paged_rows(K, bt_row, j0, kv_len, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, True)
+        v = _paged_rows(V, bt_row, j0, kv_len, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, True)
+"""
+    new = """    blk = _tile_blocks(bt_row, start, far_end, BLOCK_N, PAGE, ld)
+    for j0 in range(start, far_end, BLOCK_N):          # far tiles: whole, unbiased, unmasked
+        blk_next = _tile_blocks(bt_row, j0 + BLOCK_N, far_end, BLOCK_N, PAGE, ld)
+        k = _rows_of(K, blk, j0, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld)
+        v = _rows_of(V, blk, j0, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld)
+        blk = blk_next
+"""
+    return _edit(src, old, new)
+
+
+VARIANTS = {"prefetch": prefetch, "bt_ahead": bt_ahead}
+
+
+LABEL = "sm90"      # the kernel's name in the record: "sm90 VARIANT" when a variant runs
+
+
+def use_variant(name: str):
+    "Make `rel_attention`'s SM90 decode run variant `name` of the kernel (the module's source with its edits)."
+    import importlib.util, inspect
+    import inkling_fp8kv.attention_sm90 as shipped
+    path = Path(tempfile.mkdtemp()) / f"sm90_decode_{name}.py"
+    path.write_text(VARIANTS[name](inspect.getsource(shipped)))
+    spec = importlib.util.spec_from_file_location(f"inkling_fp8kv._sm90_decode_{name}", path)
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    shipped._decode_sm90_kernel = mod._decode_sm90_kernel       # launch_decode_sm90 reads the global at each call
+    global LABEL
+    LABEL = f"sm90 {name}"
+    return mod
 
 
 def _inputs(B, kv, Hq, page, window, varlen, seed, E=1024, device="cuda"):
@@ -59,14 +144,14 @@ def check_rows(cases=CHECKS) -> list:
         mine = _call(inp, fast_path=True, num_splits=splits, window=window)().float()
         ship = _call(inp, fast_path=False, num_splits=splits, window=window,
                      config=dict(block_n=DECODE_BLOCK_N))().float()
-        rows.append(dict(kind="sm90", B=B, kv=kv, Hq=Hq, page=page, window=window, varlen=varlen, num_splits=splits,
+        rows.append(dict(kind=LABEL, B=B, kv=kv, Hq=Hq, page=page, window=window, varlen=varlen, num_splits=splits,
                          finite=bool(torch.isfinite(mine).all()),
                          rel_fro_vs_shipped=((mine - ship).norm() / ship.norm().clamp_min(1e-30)).item(),
                          max_abs=(mine - ship).abs().max().item()))
     return rows
 
 
-def time_rows(budget_s: float, t0: float) -> list:
+def time_rows(budget_s: float, t0: float, waves_list=WAVES) -> list:
     from inkling_fp8kv.bench.harness import time_us
     from inkling_fp8kv.bench.attention_suites import kv_bytes, copy_row
     from inkling_fp8kv.attention_launch import decode_num_splits
@@ -87,9 +172,9 @@ def time_rows(budget_s: float, t0: float) -> list:
             tb = nbytes / (us * 1e-6) / 1e12
             rows.append(dict(case=case, B=B, kv=kv, impl=impl, us=us, tbps=tb, of_copy=tb / copy["tbps"], **extra))
         add("portable", _call(inp, fast_path=False, num_splits=None, out=out))      # the portable decode's own launch
-        for waves in WAVES:                  # programs per SM, a warpgroup each
+        for waves in waves_list:             # programs per SM, a warpgroup each
             splits = decode_num_splits(B, 2, kv, block_n=DECODE_BLOCK_N, waves=waves, num_sms=sms)
-            add("sm90", _call(inp, fast_path=True, num_splits=splits, out=out), block_n=DECODE_BLOCK_N,
+            add(LABEL, _call(inp, fast_path=True, num_splits=splits, out=out), block_n=DECODE_BLOCK_N,
                 split_waves=waves, num_splits=splits)
         inp = None                      # the caches freed before the next shape
         torch.cuda.empty_cache()
@@ -102,7 +187,11 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", action="store_true", help="compile for sm_90a and print the builds (no GPU needed)")
     ap.add_argument("--out", help="output folder (default $OUT, else a new temporary folder)")
     ap.add_argument("--budget", type=float, default=300, help="seconds for the timing (default 300)")
+    ap.add_argument("--waves", type=lambda x: tuple(int(w) for w in x.split(",")), default=WAVES,
+                    help="programs per SM to time, comma-separated (default %(default)s)")
+    ap.add_argument("--variant", choices=sorted(VARIANTS), help="time this variant of the kernel instead")
     a = ap.parse_args(argv)
+    if a.variant: use_variant(a.variant)
     if a.compile:
         from sm90_compile import build_decode
         for page, window in itertools.product((64, 16), (None, 512)): print(json.dumps(build_decode(page, window)))
@@ -122,7 +211,7 @@ def main(argv=None) -> int:
     print("checks:", "ok" if not bad else f"FAILED {json.dumps(bad)}", flush=True)
     save()
     if not bad:
-        res["timed"] = time_rows(a.budget, t0)
+        res["timed"] = time_rows(a.budget, t0, a.waves)
         save()
     for r in res.get("timed", []):
         if "us" in r:

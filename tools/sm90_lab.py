@@ -111,6 +111,74 @@ def interior_bias(src: str) -> str:
 def stages4(src: str) -> str:
     return edit(src, "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4,", "_CONSUMER_REGS, _MAXNREG = 128, 128, 4, 4,")
 
+# ---- ping-pong of the tensor cores (FA3's inter-warpgroup schedule): a warpgroup holds the turn from the P.V of one
+# tile to the Q.K^T of the next, so that its two GEMMs run back to back while the other warpgroup computes its softmax.
+# (`pingpong` above passes the turn right after each Q.K^T: both warpgroups then compute their softmax together) ------
+def pingpong_gemms(src: str) -> str:
+    src = edit(src, "row_valid, MASKED: gl.constexpr):\n    kv.wait_ready(j)",
+               "row_valid, turn, WG: gl.constexpr, MASKED: gl.constexpr):\n    kv.wait_ready(j)")
+    src = edit(src, "    qk = warpgroup_mma_wait(0, deps=(qk,))\n    if MASKED:",
+               "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn: its P.V and next Q.K^T\n"
+               "    qk = warpgroup_mma_wait(0, deps=(qk,))\n    if MASKED:")
+    src = edit(src, "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n    pv0 = warpgroup_mma(",
+               "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
+               "    mbarrier.wait(turn.index(WG), (j + 1) & 1)    # this warpgroup's turn: P.V(j), then Q.K^T(j + 1)\n"
+               "    pv0 = warpgroup_mma(")
+    src = edit(src, "def _consumer(cfg, keys, tiles, kv, qt, WG: gl.constexpr):",
+               "def _consumer(cfg, keys, tiles, kv, qt, turn, WG: gl.constexpr):")
+    src = edit(src, "row_valid, False)", "row_valid, turn, WG, False)", count=None)
+    src = edit(src, "row_valid, True)", "row_valid, turn, WG, True)", count=None)
+    src = edit(src, "    q_wg = qt.q_smem.index(WG)\n",
+               "    q_wg = qt.q_smem.index(WG)\n"
+               "    mbarrier.wait(turn.index(WG), 0)              # the turn for tile 0's Q.K^T (warpgroup 0 first)\n")
+    src = edit(src, "    # the epilogue: out = v_scale",
+               "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the last P.V is issued and done: pass the turn\n"
+               "    # the epilogue: out = v_scale")
+    src = edit(src, "    _init_ring(kv, 2)\n",
+               "    _init_ring(kv, 2)\n"
+               "    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())\n"
+               "    for i in gl.static_range(2):\n"
+               "        mbarrier.init(turn.index(i), count=1)\n")
+    src = edit(src, "    fence_async_shared()\n    _cta_barrier()\n    tiles = KVTiles(",
+               "    fence_async_shared()\n    _cta_barrier()\n"
+               "    mbarrier.arrive(turn.index(0), count=1)       # warpgroup 0 has the first turn\n"
+               "    tiles = KVTiles(")
+    for wg in (0, 1):
+        src = edit(src, f"(_consumer, (cfg, keys, tiles, kv, qt, {wg}))",
+                   f"(_consumer, (cfg, keys, tiles, kv, qt, turn, {wg}))")
+    return src
+
+# ---- P in place: P.V's A operand takes the keys in the order P's accumulator registers already hold them, and the
+# Vᵀ pre-pass writes each 32-key chunk's keys in that order, so the e4m3 P needs no shuffles into the operand layout.
+# Within a chunk, key c = 16h + 8i + 2q + b (an n8 block 2h + i, lane q = t % 4, b its pair) sits in k slot
+# 16h + 4q + 2i + b: the wgmma fragment's four bytes a thread holds are two n8 blocks' pairs -------------------------
+KEY_SLOTS = '''
+@gluon.jit
+def _key_slots(p):
+    # P[:, c] -> P[:, k(c)] within each 32-key chunk (the Vᵀ pre-pass's order): in registers, a renaming
+    M: gl.constexpr = p.shape[0]
+    N: gl.constexpr = p.shape[1]
+    x = gl.reshape(p, [M, N // 32, 2, 2, 4, 2])
+    return gl.reshape(gl.permute(x, [0, 1, 2, 4, 3, 5]), [M, N])
+'''
+
+def key_slots(src: str) -> str:
+    src = edit(src, "    p8 = gl.convert_layout(p.to(gl.float8e4nv), cfg.p_layout)",
+               "    p8 = gl.convert_layout(_key_slots(p.to(gl.float8e4nv)), cfg.p_layout)")
+    src = edit(src, "\n@gluon.jit\ndef _tile(", KEY_SLOTS + "\n@gluon.jit\ndef _tile(")
+    # the pre-pass gathers each slot's key (whole 128-byte rows) and stores the slots in order: the stores stay
+    # vectorized (permuting the stores instead made them byte stores: 2K x 8K 6 % slower on the H100, 2026-12-06)
+    src = edit(src, "        keys = k0 + tl.arange(0, BLOCK)\n",
+               "        slot = tl.arange(0, BLOCK)\n"
+               "        keys = k0 + ((slot & ~14) | (((slot >> 1) & 1) << 3) | (((slot >> 2) & 3) << 1))   # slot k: key c(k)\n")
+    return edit(src, "        tl.store(VT + (row + d[None, :]) * width + keys[:, None], v)",
+                "        tl.store(VT + (row + d[None, :]) * width + (k0 + slot)[:, None], v)")
+
+# ---- ablation: the far tiles' exp2 (MUFU) replaced by its argument: wrong outputs; times what MUFU costs -----------
+def no_exp2(src: str) -> str:
+    return edit(src, "        p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score",
+                "        p = qk * qt.sm_scale_log2 - m_off[:, None]")
+
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
 # Gone from here: regs240 (folded into 07c on 2026-12-06), bias_early (not exact, no faster); their records in bench/notes
 VARIANTS = {
@@ -120,6 +188,15 @@ VARIANTS = {
     "interior": ([interior_bias], "near tiles wholly inside every row's bias band add the bias unmasked", True),
     "pingpong+interior": ([interior_bias, pingpong], "both", True),
     "stages4": ([stages4], "four K/V^T stages", True),
+    "pingpong_gemms": ([pingpong_gemms], "a warpgroup holds the tensor cores' turn from its P.V(j) to its "
+                                         "Q.K^T(j + 1): one warpgroup's GEMMs run under the other's softmax", True),
+    "pingpong_gemms+stages4": ([pingpong_gemms, stages4], "both", True),
+    "key_slots": ([key_slots], "P.V's k order is the one P's registers hold (the Vᵀ pre-pass permutes each 32-key "
+                               "chunk): no shuffles of P", False),
+    "ablation: key_slots, no far exp2": ([key_slots, no_exp2], "key_slots with the far tiles' exp2 left out: wrong "
+                                                                "outputs, times the rest", None),
+    "key_slots+pingpong_gemms": ([key_slots, pingpong_gemms], "both", False),
+    "pingpong_gemms+interior": ([interior_bias, pingpong_gemms], "both", True),
 }
 
 def variant_source(name: str) -> str:

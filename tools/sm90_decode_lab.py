@@ -95,7 +95,113 @@ def bt_ahead(src: str) -> str:
     return _edit(src, old, new)
 
 
-VARIANTS = {"prefetch": prefetch, "bt_ahead": bt_ahead}
+RING_HELPERS = '''
+@gluon.jit
+def _tile_blocks(bt_row, j0, limit, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, layout: gl.constexpr):
+    # the block of each key j0 ... j0 + BLOCK_N - 1 (0 at or past limit), in the row layout of `layout`
+    n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    return gl.load(bt_row + n // PAGE, mask=n < limit, other=0).to(gl.int64)
+
+
+@gluon.jit
+def _issue_tile(K, V, k_dst, v_dst, blk, j0, limit, kh, vh, stride_kb, stride_ks, stride_vb, stride_vs,
+                BLOCK_N: gl.constexpr, PAGE: gl.constexpr, layout: gl.constexpr):
+    # keys j0 ... of K and V into a ring stage by cp.async, 16 bytes a copy; keys at or past limit are zero-filled
+    n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    d = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
+    ok = (n < limit)[:, None]
+    off = (n % PAGE).to(gl.int64)
+    async_copy.async_copy_global_to_shared(k_dst, K + (blk * stride_kb + off * stride_ks + kh)[:, None] + d[None, :],
+                                           mask=ok)
+    async_copy.async_copy_global_to_shared(v_dst, V + (blk * stride_vb + off * stride_vs + vh)[:, None] + d[None, :],
+                                           mask=ok)
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _decode_step_ring(k_tile, v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end, pos, rel_off, row_valid,
+                      sm_scale_log2, threshold, E, W, BLOCK_N: gl.constexpr, N: gl.constexpr, MASKED: gl.constexpr,
+                      HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
+    # `_decode_step` with the K tile already in shared memory (a ring stage)
+    s = warpgroup_mma(k_tile, q_smem.permute((1, 0)), gl.zeros([BLOCK_N, N], gl.float32, s_l), use_acc=False)
+    s = s * sm_scale_log2
+    if MASKED:
+        offs_n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_l))
+        d = pos - offs_n
+        in_e = ((d >= 0) & (d < E))[:, None] & row_valid[None, :]
+        rel = gl.load(REL + rel_off[None, :] + d[:, None], mask=in_e, other=0.0).to(gl.float32)
+        vis = (d >= 0) & (offs_n < end)
+        if HAS_WINDOW:
+            vis = vis & (d < W)
+        s = gl.where(vis[:, None], s + rel * _LOG2E, float("-inf"))
+    m_new, m_safe, moved = lazy_rescale_max(m_i, gl.max(s, 0), threshold)
+    if gl.max(moved.to(gl.int32), 0) > 0:
+        alpha = gl.exp2(m_i - m_safe)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, o_l))[None, :]
+        l_i = l_i * alpha
+    p8 = gl.minimum(gl.exp2(s - m_safe[None, :] + P_OFFSET), 448.0).to(gl.float8e4nv)
+    l_i = l_i + gl.sum(p8.to(gl.float32), 0)
+    _cta_barrier()                                   # the last tile's Vᵀ·Pᵀ wgmma read v_smem and p_smem
+    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)
+    return acc, l_i, m_new
+
+'''
+
+RING_LOOP = '''    # every tile through a ring of STAGES stages filled by cp.async, STAGES - 1 tiles ahead; the block-table entries
+    # of the tile to be issued are read one iteration before (a tile's copies wait on one memory latency)
+    STAGES: gl.constexpr = RING_STAGES
+    sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    k_ring = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], sh8)
+    v_ring = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], sh8)
+    n_tiles = gl.cdiv(end - start, BLOCK_N)
+    n_far = (far_end - start) // BLOCK_N
+    for i in gl.static_range(STAGES - 1):
+        blk = _tile_blocks(bt_row, start + i * BLOCK_N, end, BLOCK_N, PAGE, ld)
+        _issue_tile(K, V, k_ring.index(i), v_ring.index(i), blk, start + i * BLOCK_N, end, kh, vh, stride_kb,
+                    stride_ks, stride_vb, stride_vs, BLOCK_N, PAGE, ld)
+    blk = _tile_blocks(bt_row, start + (STAGES - 1) * BLOCK_N, end, BLOCK_N, PAGE, ld)
+    for t in range(0, n_tiles):
+        j0 = start + t * BLOCK_N
+        ja = j0 + (STAGES - 1) * BLOCK_N                   # the tile issued now
+        blk_next = _tile_blocks(bt_row, ja + BLOCK_N, end, BLOCK_N, PAGE, ld)
+        _cta_barrier()                                     # every thread is done with tile t - 1's stage
+        sa = (t + STAGES - 1) % STAGES
+        _issue_tile(K, V, k_ring.index(sa), v_ring.index(sa), blk, ja, end, kh, vh, stride_kb, stride_ks, stride_vb,
+                    stride_vs, BLOCK_N, PAGE, ld)
+        async_copy.wait_group(STAGES - 1)                  # tile t's copies (this thread's) landed
+        _cta_barrier()                                     # and every thread's
+        fence_async_shared()                               # visible to wgmma
+        s = t % STAGES
+        v = v_ring.index(s).load(ld)
+        if t < n_far:
+            acc, l_i, m_i = _decode_step_ring(k_ring.index(s), v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end,
+                                              pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N,
+                                              False, HAS_WINDOW, P_OFFSET, s_l, o_l)
+        else:
+            acc, l_i, m_i = _decode_step_ring(k_ring.index(s), v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end,
+                                              pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N,
+                                              True, HAS_WINDOW, P_OFFSET, s_l, o_l)
+        blk = blk_next
+    async_copy.wait_group(0)
+'''
+
+
+def ring(stages: int):
+    def edit_ring(src: str) -> str:
+        src = _edit(src, "    from triton.language.core import _aggregate as aggregate\n",
+                    "    from triton.language.core import _aggregate as aggregate\n"
+                    "    from triton.experimental.gluon.language.nvidia.ampere import async_copy\n")
+        src = _edit(src, "\n# %% ../nbs/07c_attention_sm90.ipynb #d5c0a004\n",
+                    "\n# %% ../nbs/07c_attention_sm90.ipynb #d5c0a004\n" + RING_HELPERS)
+        a = src.index("    for j0 in range(start, far_end, BLOCK_N):          # far tiles: whole, unbiased, unmasked")
+        b = src.index("    l_safe = gl.where(l_i == 0.0, 1.0, l_i)\n", a)
+        return src[:a] + RING_LOOP.replace("RING_STAGES", str(stages)) + src[b:]
+    edit_ring.__doc__ = (f"Every tile's K and V through a {stages}-stage shared-memory ring filled by cp.async, "
+                         f"{stages - 1} tile(s) ahead; the block-table entries a tile ahead of the copies.")
+    return edit_ring
+
+
+VARIANTS = {"prefetch": prefetch, "bt_ahead": bt_ahead, "ring2": ring(2), "ring3": ring(3)}
 
 
 LABEL = "sm90"      # the kernel's name in the record: "sm90 VARIANT" when a variant runs

@@ -179,6 +179,20 @@ def no_exp2(src: str) -> str:
     return edit(src, "        p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score",
                 "        p = qk * qt.sm_scale_log2 - m_off[:, None]")
 
+# ---- a finer Vᵀ pre-pass: 32 or 64 keys a program instead of 128, so that a small prefill's pre-pass (64 programs of
+# 128 keys at 1K x 4K, 7 % of the call on the H100) spreads over every SM ----------------------------------------------
+def prepass_keys(n: int):
+    def prepass_n(src: str) -> str:
+        src = edit(src, "    _vt_prepass_kernel[(vt.shape[1] // _BLOCK_N, seq_lens.shape[0], Hkv)](",
+                   f"    _vt_prepass_kernel[(vt.shape[1] // {n}, seq_lens.shape[0], Hkv)](")
+        # which keys are written stays on the prefill's 128-key tiles (the window's first, the last one's zeros past
+        # the sequence): every key a tile reads is written
+        src = edit(src, "tl.load(CU + b)) - W + 1, 0) // BLOCK * BLOCK", "tl.load(CU + b)) - W + 1, 0) // 128 * 128")
+        src = edit(src, "    if (k0 < kv_len) & (k0 + BLOCK > first):", "    if (k0 // 128 * 128 < kv_len) & (k0 + BLOCK > first):")
+        return edit(src, "HKV=Hkv, PAGE=page, HAS_WINDOW=window is not None, BLOCK=_BLOCK_N, num_warps=4)",
+                    f"HKV=Hkv, PAGE=page, HAS_WINDOW=window is not None, BLOCK={n}, num_warps=4)")
+    return prepass_n
+
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
 # Gone from here: regs240 (folded into 07c on 2026-12-06), bias_early (not exact, no faster); their records in bench/notes
 VARIANTS = {
@@ -196,6 +210,8 @@ VARIANTS = {
     "ablation: key_slots, no far exp2": ([key_slots, no_exp2], "key_slots with the far tiles' exp2 left out: wrong "
                                                                 "outputs, times the rest", None),
     "key_slots+pingpong_gemms": ([key_slots, pingpong_gemms], "both", False),
+    "prepass32": ([prepass_keys(32)], "the Vᵀ pre-pass in 32-key programs (128 shipped)", True),
+    "prepass64": ([prepass_keys(64)], "the Vᵀ pre-pass in 64-key programs", True),
     "pingpong_gemms+interior": ([interior_bias, pingpong_gemms], "both", True),
 }
 

@@ -45,10 +45,12 @@ except (ImportError, AttributeError) as e:
 _BLOCK_M, _BLOCK_N, _STAGES, _NUM_WARPS, _CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4, 240, 168
 _LOG2E = gl.constexpr(LOG2E)
 # the decode kernel's ("Decode" below): a 64-key tile is one warpgroup's wgmma M (4 warps), and a KV head's G query
-# heads are the N of one wgmma (8 or 16: G <= 16). DECODE_WAVES, programs per SM, is measured: 2, 4, 8 and 16 were
-# timed at five decode shapes and 4 was fastest at each (bench/notes/sm90_decode_lab_h100.json.gz, notebook 15)
+# heads are the N of one wgmma (8 or 16: G <= 16). DECODE_WAVES, programs per SM, is measured at five decode shapes
+# (notebook 15 tabulates bench/notes/sm90_decode_lab_*): of 2, 4, 8 and 16, 4 was fastest at each on the H100 and the
+# H200; then 3 to 6 on the H100, where 5 was as fast or faster at each. 5 is what the SM's registers hold (the kernel
+# takes about 90 a thread): 6 or more run in two rounds
 DECODE_BLOCK_N, _DECODE_WARPS, DECODE_MAX_G = 64, 4, 16
-DECODE_WAVES = 4
+DECODE_WAVES = 5
 
 # %% ../nbs/07c_attention_sm90.ipynb #b1075448
 @aggregate

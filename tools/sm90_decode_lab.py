@@ -36,27 +36,6 @@ def _edit(src, old, new):
     return src.replace(old, new)
 
 
-def prefetch(src: str) -> str:
-    "The far loop issues the next tile's K and V loads before it computes this one (a register double buffer)."
-    src = _edit(src, "        blk = gl.load(bt_row + j0 // PAGE).to(gl.int64)",
-                "        blk = gl.load(bt_row + j0 // PAGE, mask=j0 < limit, other=0).to(gl.int64)")
-    old = """    for j0 in range(start, far_end, BLOCK_N):          # far tiles: whole, unbiased, unmasked
-        k = _paged_rows(K, bt_row, j0, kv_len, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, True)
-        v = _paged_rows(V, bt_row, j0, kv_len, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, True)
-        acc, l_i, m_i = _decode_step("""
-    new = """    k = _paged_rows(K, bt_row, start, far_end, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, False)
-    v = _paged_rows(V, bt_row, start, far_end, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, False)
-    for j0 in range(start, far_end, BLOCK_N):          # far tiles: each one's loads issued a tile ahead
-        k_next = _paged_rows(K, bt_row, j0 + BLOCK_N, far_end, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, False)
-        v_next = _paged_rows(V, bt_row, j0 + BLOCK_N, far_end, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, False)
-        acc, l_i, m_i = _decode_step("""
-    src = _edit(src, old, new)
-    old = """                                     row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False, HAS_WINDOW,
-                                     P_OFFSET, s_l, o_l)
-"""
-    return _edit(src, old, old + "        k, v = k_next, v_next\n")
-
-
 BT_HELPERS = '''
 @gluon.jit
 def _tile_blocks(bt_row, j0, limit, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, layout: gl.constexpr):
@@ -201,7 +180,8 @@ def ring(stages: int):
     return edit_ring
 
 
-VARIANTS = {"prefetch": prefetch, "bt_ahead": bt_ahead, "ring2": ring(2), "ring3": ring(3)}
+# gone from here: prefetch (the next tile's K and V in registers: 237 registers, slower; its record in bench/notes)
+VARIANTS = {"bt_ahead": bt_ahead, "ring2": ring(2), "ring3": ring(3)}
 
 
 LABEL = "sm90"      # the kernel's name in the record: "sm90 VARIANT" when a variant runs

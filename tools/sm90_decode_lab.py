@@ -36,14 +36,16 @@ def _edit(src, old, new):
     return src.replace(old, new)
 
 
-BT_HELPERS = '''
+TILE_BLOCKS = '''
 @gluon.jit
 def _tile_blocks(bt_row, j0, limit, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, layout: gl.constexpr):
     # the block of each key j0 ... j0 + BLOCK_N - 1 (0 at or past limit), in the row layout of `layout`
     n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
     return gl.load(bt_row + n // PAGE, mask=n < limit, other=0).to(gl.int64)
 
+'''
 
+BT_HELPERS = TILE_BLOCKS + '''
 @gluon.jit
 def _rows_of(X, blk, j0, head_off, stride_b, stride_s, BLOCK_N: gl.constexpr, PAGE: gl.constexpr,
              layout: gl.constexpr):
@@ -74,14 +76,7 @@ def bt_ahead(src: str) -> str:
     return _edit(src, old, new)
 
 
-RING_HELPERS = '''
-@gluon.jit
-def _tile_blocks(bt_row, j0, limit, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, layout: gl.constexpr):
-    # the block of each key j0 ... j0 + BLOCK_N - 1 (0 at or past limit), in the row layout of `layout`
-    n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
-    return gl.load(bt_row + n // PAGE, mask=n < limit, other=0).to(gl.int64)
-
-
+RING_HELPERS = TILE_BLOCKS + '''
 @gluon.jit
 def _issue_tile(K, V, k_dst, v_dst, blk, j0, limit, kh, vh, stride_kb, stride_ks, stride_vb, stride_vs,
                 BLOCK_N: gl.constexpr, PAGE: gl.constexpr, layout: gl.constexpr):
@@ -96,33 +91,6 @@ def _issue_tile(K, V, k_dst, v_dst, blk, j0, limit, kh, vh, stride_kb, stride_ks
                                            mask=ok)
     async_copy.commit_group()
 
-
-@gluon.jit
-def _decode_step_ring(k_tile, v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end, pos, rel_off, row_valid,
-                      sm_scale_log2, threshold, E, W, BLOCK_N: gl.constexpr, N: gl.constexpr, MASKED: gl.constexpr,
-                      HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
-    # `_decode_step` with the K tile already in shared memory (a ring stage)
-    s = warpgroup_mma(k_tile, q_smem.permute((1, 0)), gl.zeros([BLOCK_N, N], gl.float32, s_l), use_acc=False)
-    s = s * sm_scale_log2
-    if MASKED:
-        offs_n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_l))
-        d = pos - offs_n
-        in_e = ((d >= 0) & (d < E))[:, None] & row_valid[None, :]
-        rel = gl.load(REL + rel_off[None, :] + d[:, None], mask=in_e, other=0.0).to(gl.float32)
-        vis = (d >= 0) & (offs_n < end)
-        if HAS_WINDOW:
-            vis = vis & (d < W)
-        s = gl.where(vis[:, None], s + rel * _LOG2E, float("-inf"))
-    m_new, m_safe, moved = lazy_rescale_max(m_i, gl.max(s, 0), threshold)
-    if gl.max(moved.to(gl.int32), 0) > 0:
-        alpha = gl.exp2(m_i - m_safe)
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(0, o_l))[None, :]
-        l_i = l_i * alpha
-    p8 = gl.minimum(gl.exp2(s - m_safe[None, :] + P_OFFSET), 448.0).to(gl.float8e4nv)
-    l_i = l_i + gl.sum(p8.to(gl.float32), 0)
-    _cta_barrier()                                   # the last tile's Vᵀ·Pᵀ wgmma read v_smem and p_smem
-    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)
-    return acc, l_i, m_new
 
 '''
 
@@ -153,13 +121,13 @@ RING_LOOP = '''    # every tile through a ring of STAGES stages filled by cp.asy
         s = t % STAGES
         v = v_ring.index(s).load(ld)
         if t < n_far:
-            acc, l_i, m_i = _decode_step_ring(k_ring.index(s), v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end,
-                                              pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N,
-                                              False, HAS_WINDOW, P_OFFSET, s_l, o_l)
+            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
+                                         pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False,
+                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
         else:
-            acc, l_i, m_i = _decode_step_ring(k_ring.index(s), v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end,
-                                              pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N,
-                                              True, HAS_WINDOW, P_OFFSET, s_l, o_l)
+            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
+                                         pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True,
+                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
         blk = blk_next
     async_copy.wait_group(0)
 '''
@@ -174,7 +142,14 @@ def ring(stages: int):
                     "\n# %% ../nbs/07c_attention_sm90.ipynb #d5c0a004\n" + RING_HELPERS)
         a = src.index("    for j0 in range(start, far_end, BLOCK_N):          # far tiles: whole, unbiased, unmasked")
         b = src.index("    l_safe = gl.where(l_i == 0.0, 1.0, l_i)\n", a)
-        return src[:a] + RING_LOOP.replace("RING_STAGES", str(stages)) + src[b:]
+        src = src[:a] + RING_LOOP.replace("RING_STAGES", str(stages)) + src[b:]
+        # _decode_step's Q.K^T reads the tile where the ring holds it (its `k_smem` argument; its `k` is unused), and
+        # the barrier _decode_st gave the Vᵀ and Pᵀ stores (the last tile's wgmma read them) stands before them
+        src = _edit(src, "    s = _decode_st(k, q_smem, k_smem, s_l, BLOCK_N, N) * sm_scale_log2\n",
+                    "    s = warpgroup_mma(k_smem, q_smem.permute((1, 0)), gl.zeros([BLOCK_N, N], gl.float32, s_l),\n"
+                    "                      use_acc=False) * sm_scale_log2\n")
+        return _edit(src, "    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)\n",
+                     "    _cta_barrier()\n    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)\n")
     edit_ring.__doc__ = (f"Every tile's K and V through a {stages}-stage shared-memory ring filled by cp.async, "
                          f"{stages - 1} tile(s) ahead; the block-table entries a tile ahead of the copies.")
     return edit_ring

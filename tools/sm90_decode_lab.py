@@ -153,7 +153,8 @@ def ring(stages: int):
     return edit_ring
 
 
-# gone from here: prefetch (the next tile's K and V in registers: 237 registers, slower; its record in bench/notes)
+# gone from here: prefetch (the next tile's K and V in registers: 237 registers, slower) and block128 (128-key tiles,
+# 3 programs an SM: slower); their records in bench/notes
 VARIANTS = {"bt_ahead": bt_ahead, "ring2": ring(2), "ring3": ring(3)}
 
 
@@ -168,7 +169,8 @@ def use_variant(name: str):
     path.write_text(VARIANTS[name](inspect.getsource(shipped)))
     spec = importlib.util.spec_from_file_location(f"inkling_fp8kv._sm90_decode_{name}", path)
     mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-    shipped._decode_sm90_kernel = mod._decode_sm90_kernel       # launch_decode_sm90 reads the global at each call
+    shipped._decode_sm90_kernel = mod._decode_sm90_kernel       # launch_decode_sm90 reads the globals at each call
+    shipped.DECODE_BLOCK_N = mod.DECODE_BLOCK_N
     global LABEL
     LABEL = f"sm90 {name}"
     return mod
@@ -202,7 +204,7 @@ def check_rows(cases=CHECKS) -> list:
         inp = _inputs(B, kv, Hq, page, window, varlen, seed=100 + i)
         mine = _call(inp, fast_path=True, num_splits=splits, window=window)().float()
         ship = _call(inp, fast_path=False, num_splits=splits, window=window,
-                     config=dict(block_n=DECODE_BLOCK_N))().float()
+                     config=dict(block_n=DECODE_BLOCK_N, num_warps=4, num_stages=2))().float()
         rows.append(dict(kind=LABEL, B=B, kv=kv, Hq=Hq, page=page, window=window, varlen=varlen, num_splits=splits,
                          finite=bool(torch.isfinite(mine).all()),
                          rel_fro_vs_shipped=((mine - ship).norm() / ship.norm().clamp_min(1e-30)).item(),

@@ -159,6 +159,66 @@ def bias_rows(src: str) -> str:
                 "        rel = gl.load(qt.REL + rel_off[:, None] + d, mask=in_e, other=0.0).to(gl.float32)\n",
                 "        rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)\n")
 
+# ---- on top of bias_rows, interior near tiles (every row's keys within [pos - E + 1, pos] and the window) load the
+# bias unmasked and add it with no visibility select; the masked code runs only on the band's edge and the diagonal.
+# (The first try at this, before bias_rows, was no faster: then the bias's L1 line lookups bounded a near tile) ------
+def interior_rows(src: str) -> str:
+    src = edit(src, "def _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid):",
+               "def _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid, FULL: gl.constexpr):")
+    src = edit(src, """    in_e = (d >= 0) & (d < qt.E) & ok_c[:, None]
+    rel = gl.load(qt.REL + off_c[:, None] + d, mask=in_e, other=0.0)
+""", """    if FULL:        # an interior tile: every key of every row is in its band
+        rel = gl.load(qt.REL + off_c[:, None] + d)
+    else:
+        in_e = (d >= 0) & (d < qt.E) & ok_c[:, None]
+        rel = gl.load(qt.REL + off_c[:, None] + d, mask=in_e, other=0.0)
+""")
+    src = edit(src, "def _tile(cfg, keys, tiles, kv, qt, acc0,", "def _tile(cfg, keys, tiles, kv, qt, INTERIOR: gl.constexpr, acc0,")
+    src = edit(src, "_tile(cfg, keys, tiles, kv, qt, acc0,", "_tile(cfg, keys, tiles, kv, qt, False, acc0,", count=2)
+    old = """        rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)
+        vis = (d >= 0) & (offs_n < keys.kv_len)[None, :]
+        if cfg.HAS_WINDOW:
+            vis = vis & (d < qt.W)
+        s = gl.where(vis, qk * qt.sm_scale_log2 + rel * _LOG2E, float("-inf"))
+"""
+    new = """        if INTERIOR:
+            s = qk * qt.sm_scale_log2 + _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid, True) * _LOG2E
+        else:
+            rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid, False)
+            vis = (d >= 0) & (offs_n < keys.kv_len)[None, :]
+            if cfg.HAS_WINDOW:
+                vis = vis & (d < qt.W)
+            s = gl.where(vis, qk * qt.sm_scale_log2 + rel * _LOG2E, float("-inf"))
+"""
+    src = edit(src, old, new)
+    # rows past the request's end take its last query's place: every load in bounds, nothing of theirs is stored
+    src = edit(src, """    pos = qt.pos0 + tok
+    rel_off = (qt.q_start + tok) * qt.stride_rt""", """    tok_c = gl.minimum(tok, qt.q_len - 1)
+    pos = qt.pos0 + tok_c
+    rel_off = (qt.q_start + tok_c) * qt.stride_rt""")
+    old = """    for j in range(keys.n_far, keys.n_tiles):
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                     row_valid, True)
+"""
+    new = """    # this warpgroup's positions (its rows past the end count as its last); tiles j_a <= j < j_b are interior
+    tok_lo = gl.minimum(qt.tok0 + WG * (cfg.M // cfg.G), qt.q_len - 1)
+    tok_hi = gl.minimum(qt.tok0 + (WG + 1) * (cfg.M // cfg.G), qt.q_len) - 1
+    band = gl.minimum(qt.E, qt.W) if cfg.HAS_WINDOW else qt.E
+    j_a = gl.maximum(keys.n_far, (gl.maximum(qt.pos0 + tok_hi - band + 1 - keys.lo, 0) + cfg.BLOCK_N - 1) // cfg.BLOCK_N)
+    j_a = gl.minimum(j_a, keys.n_tiles)
+    j_b = gl.maximum(gl.minimum(keys.n_tiles, gl.maximum(qt.pos0 + tok_lo + 1 - keys.lo, 0) // cfg.BLOCK_N), j_a)
+    for j in range(keys.n_far, j_a):
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                     row_valid, True)
+    for j in range(j_a, j_b):
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, True, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                     row_valid, True)
+    for j in range(j_b, keys.n_tiles):
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                     row_valid, True)
+"""
+    return edit(src, old, new)
+
 # ---- the near tiles' bias rows prefetched into L2 by the producer, once the ring's first stages are issued: the far
 # tiles (most of a small prefill's tiles come first) run while they stream in, so a near tile's bias gather waits on
 # L2 rather than HBM (a benchmark's L2 is flushed between calls; serving's rel_logits are freshly written) ----------
@@ -186,86 +246,6 @@ def bias_prefetch(src: str) -> str:
                "        if i == gl.minimum(keys.n_tiles, cfg.STAGES) - 1:\n"
                "            _prefetch_bias(cfg, qt)\n")
     return edit(src, "(_producer, (cfg, keys, tiles, kv))", "(_producer, (cfg, keys, tiles, kv, qt))")
-
-# ---- a near tile's bias loaded a row at a time: in the accumulator's layout one warp-wide load covers 8 rows x 4
-# lanes, so each of a thread's 64 loads a tile touches 8 rows' 128-byte lines (512 L1 line lookups a warp); with a
-# warp's 32 lanes along one row's keys (descending addresses, one or two lines a load) the same values cost 64 to 128,
-# and the tile then moves into the accumulator's layout (each warp keeps its own 16 rows: nothing crosses warps) -----
-BIAS_ROWS = '''
-@gluon.jit
-def _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid):
-    # a near tile's bias rel[row, pos - key] (0 outside the band), loaded with a warp's 32 lanes along one row's keys
-    # (one or two 128-byte lines a load), then moved into the accumulator's layout: fp32
-    cl: gl.constexpr = gl.BlockedLayout([16, 1], [1, 32], [4, 1], [0, 1])     # warp w: rows 16w ... 16w + 15
-    n = keys.lo + j * cfg.BLOCK_N + gl.arange(0, cfg.BLOCK_N, layout=gl.SliceLayout(0, cl))
-    pos_c = gl.convert_layout(pos, gl.SliceLayout(1, cl))
-    off_c = gl.convert_layout(rel_off, gl.SliceLayout(1, cl))
-    ok_c = gl.convert_layout(row_valid, gl.SliceLayout(1, cl))
-    d = pos_c[:, None] - n[None, :]
-    in_e = (d >= 0) & (d < qt.E) & ok_c[:, None]
-    rel = gl.load(qt.REL + off_c[:, None] + d, mask=in_e, other=0.0)
-    return gl.convert_layout(rel, cfg.s_layout).to(gl.float32)
-
-'''
-
-def bias_rows(src: str) -> str:
-    src = edit(src, "\n@gluon.jit\ndef _tile(", BIAS_ROWS + "\n@gluon.jit\ndef _tile(")
-    return edit(src, "        in_e = (d >= 0) & (d < qt.E) & row_valid[:, None]\n"
-                "        rel = gl.load(qt.REL + rel_off[:, None] + d, mask=in_e, other=0.0).to(gl.float32)\n",
-                "        rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)\n")
-
-# ---- the near tiles' bias rows prefetched into L2 by the producer, once the ring's first stages are issued: the far
-# tiles (most of a small prefill's tiles come first) run while they stream in, so a near tile's bias gather waits on
-# L2 rather than HBM (a benchmark's L2 is flushed between calls; serving's rel_logits are freshly written) ----------
-BIAS_PREFETCH = '''
-@gluon.jit
-def _prefetch_bias(cfg, qt):
-    # every bias row of this program's queries (row r: token tok0 + r // G, head hkv·G + r % G), one 128-byte line of
-    # its band a step, one row a thread: prefetch.global.L2, a hint that loads nothing into registers
-    rows_l: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-    r = gl.arange(0, 128, layout=rows_l)
-    tok = gl.minimum(qt.tok0 + r // cfg.G, qt.q_len - 1)
-    row = qt.REL + (qt.q_start + tok).to(gl.int64) * qt.stride_rt + (qt.hkv * cfg.G + r % cfg.G) * qt.stride_rh
-    band = gl.minimum(qt.E, qt.W) if cfg.HAS_WINDOW else qt.E
-    for line in range(0, gl.cdiv(band, 64)):                        # 64 bf16 a line
-        gl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [row + line * 64], dtype=gl.int32,
-                                  is_pure=False, pack=1)
-
-'''
-
-def bias_prefetch(src: str) -> str:
-    src = edit(src, "\n@gluon.jit\ndef _producer(", BIAS_PREFETCH + "\n@gluon.jit\ndef _producer(")
-    src = edit(src, "def _producer(cfg, keys, tiles, kv):\n", "def _producer(cfg, keys, tiles, kv, qt):\n")
-    src = edit(src, "        _issue(cfg, keys, tiles, kv, i)\n",
-               "        _issue(cfg, keys, tiles, kv, i)\n"
-               "        if i == gl.minimum(keys.n_tiles, cfg.STAGES) - 1:\n"
-               "            _prefetch_bias(cfg, qt)\n")
-    return edit(src, "(_producer, (cfg, keys, tiles, kv))", "(_producer, (cfg, keys, tiles, kv, qt))")
-
-# ---- a near tile's bias loaded a row at a time: in the accumulator's layout a warp's load touches eight rows' 128-byte
-# lines (8 rows x 4 lanes), so a tile's 64 loads a thread cost the L1 512 line lookups a warp; with the warp's 32 lanes
-# along one row's keys (descending addresses, one or two lines a load) the same loads cost about 96, and the tile
-# then moves into the accumulator's layout (a warp keeps its own 16 rows: no exchange between warps) --------------
-BIAS_ROWS = '''
-@gluon.jit
-def _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid):
-    # the tile's bias rel[row, pos - key] (0 outside the band), fp32 in the accumulator's layout
-    cl: gl.constexpr = gl.BlockedLayout([16, 1], [1, 32], [4, 1], [0, 1])     # warp w: rows 16w ... 16w + 15
-    n = keys.lo + j * cfg.BLOCK_N + gl.arange(0, cfg.BLOCK_N, layout=gl.SliceLayout(0, cl))
-    pos_c = gl.convert_layout(pos, gl.SliceLayout(1, cl))
-    off_c = gl.convert_layout(rel_off, gl.SliceLayout(1, cl))
-    ok_c = gl.convert_layout(row_valid, gl.SliceLayout(1, cl))
-    d = pos_c[:, None] - n[None, :]
-    in_e = (d >= 0) & (d < qt.E) & ok_c[:, None]
-    rel = gl.load(qt.REL + off_c[:, None] + d, mask=in_e, other=0.0)
-    return gl.convert_layout(rel, cfg.s_layout).to(gl.float32)
-
-'''
-
-def bias_rows(src: str) -> str:
-    src = edit(src, "\n@gluon.jit\ndef _tile(", BIAS_ROWS + "\n@gluon.jit\ndef _tile(")
-    return edit(src, "        rel = gl.load(qt.REL + rel_off[:, None] + d, mask=in_e, other=0.0).to(gl.float32)\n",
-                "        rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)\n")
 
 # ---- ablation: the far tiles' exp2 (MUFU) replaced by its argument: wrong outputs; times what MUFU costs -----------
 def no_exp2(src: str) -> str:
@@ -288,6 +268,8 @@ VARIANTS = {
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
     "bias_rows": ([bias_rows], "a near tile's bias loaded with a warp's lanes along one row's keys, then moved into the "
                                "accumulator's layout", True),
+    "bias_rows+interior": ([bias_rows, interior_rows], "bias_rows, and interior near tiles load the bias unmasked "
+                                                        "and add it with no visibility select", True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
     "ablation: key_slots, no far exp2": ([key_slots, no_exp2], "key_slots with the far tiles' exp2 left out: wrong "

@@ -254,8 +254,8 @@ def no_exp2(src: str) -> str:
 
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
 # Gone from here: regs240 (folded into 07c on 2026-12-06), bias_early (not exact, no faster), the
-# pre-pass in 32/64-key programs, pingpong_gemms' combinations and interior (unmasked interior near tiles; no faster,
-# and its edit predates the row-wise bias load); their records in bench/notes
+# pre-pass in 32/64-key programs, pingpong_gemms' combinations and the first interior (no faster, on the direct bias
+# gather; bias_rows+interior is its successor); their records in bench/notes
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
                              "runs under the other's MMAs", True),

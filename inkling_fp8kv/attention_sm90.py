@@ -259,6 +259,21 @@ def _producer(cfg, keys, tiles, kv):
 
 # %% ../nbs/07c_attention_sm90.ipynb #ca5ade41
 @gluon.jit
+def _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid):
+    # a near tile's bias rel[row, pos - key] (0 outside the band), loaded with a warp's 32 lanes along one row's keys
+    # (one or two 128-byte lines a load), then moved into the accumulator's layout: fp32
+    cl: gl.constexpr = gl.BlockedLayout([16, 1], [1, 32], [4, 1], [0, 1])     # warp w: rows 16w ... 16w + 15
+    n = keys.lo + j * cfg.BLOCK_N + gl.arange(0, cfg.BLOCK_N, layout=gl.SliceLayout(0, cl))
+    pos_c = gl.convert_layout(pos, gl.SliceLayout(1, cl))
+    off_c = gl.convert_layout(rel_off, gl.SliceLayout(1, cl))
+    ok_c = gl.convert_layout(row_valid, gl.SliceLayout(1, cl))
+    d = pos_c[:, None] - n[None, :]
+    in_e = (d >= 0) & (d < qt.E) & ok_c[:, None]
+    rel = gl.load(qt.REL + off_c[:, None] + d, mask=in_e, other=0.0)
+    return gl.convert_layout(rel, cfg.s_layout).to(gl.float32)
+
+
+@gluon.jit
 def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off, row_valid, MASKED: gl.constexpr):
     kv.wait_ready(j)
     s_acc = gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, cfg.s_layout)
@@ -267,8 +282,7 @@ def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
     if MASKED:
         offs_n = keys.lo + j * cfg.BLOCK_N + gl.arange(0, cfg.BLOCK_N, layout=gl.SliceLayout(0, cfg.s_layout))
         d = pos[:, None] - offs_n[None, :]
-        in_e = (d >= 0) & (d < qt.E) & row_valid[:, None]
-        rel = gl.load(qt.REL + rel_off[:, None] + d, mask=in_e, other=0.0).to(gl.float32)
+        rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)
         vis = (d >= 0) & (offs_n < keys.kv_len)[None, :]
         if cfg.HAS_WINDOW:
             vis = vis & (d < qt.W)

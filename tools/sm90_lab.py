@@ -132,34 +132,7 @@ def pdl(src: str) -> str:
     return edit(src, "    _prefill_sm90_kernel[grid](*args, **meta, maxnreg=_MAXNREG)\n",
                 "    _prefill_sm90_kernel[grid](*args, **meta, maxnreg=_MAXNREG, launch_pdl=True)\n")
 
-# ---- a near tile's bias loaded a row at a time: in the accumulator's layout one warp-wide load covers 8 rows x 4
-# lanes, so each of a thread's 64 loads a tile touches 8 rows' 128-byte lines (512 L1 line lookups a warp); with a
-# warp's 32 lanes along one row's keys (descending addresses, one or two lines a load) the same values cost 64 to 128,
-# and the tile then moves into the accumulator's layout (each warp keeps its own 16 rows: nothing crosses warps) -----
-BIAS_ROWS = '''
-@gluon.jit
-def _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid):
-    # a near tile's bias rel[row, pos - key] (0 outside the band), loaded with a warp's 32 lanes along one row's keys
-    # (one or two 128-byte lines a load), then moved into the accumulator's layout: fp32
-    cl: gl.constexpr = gl.BlockedLayout([16, 1], [1, 32], [4, 1], [0, 1])     # warp w: rows 16w ... 16w + 15
-    n = keys.lo + j * cfg.BLOCK_N + gl.arange(0, cfg.BLOCK_N, layout=gl.SliceLayout(0, cl))
-    pos_c = gl.convert_layout(pos, gl.SliceLayout(1, cl))
-    off_c = gl.convert_layout(rel_off, gl.SliceLayout(1, cl))
-    ok_c = gl.convert_layout(row_valid, gl.SliceLayout(1, cl))
-    d = pos_c[:, None] - n[None, :]
-    in_e = (d >= 0) & (d < qt.E) & ok_c[:, None]
-    rel = gl.load(qt.REL + off_c[:, None] + d, mask=in_e, other=0.0)
-    return gl.convert_layout(rel, cfg.s_layout).to(gl.float32)
-
-'''
-
-def bias_rows(src: str) -> str:
-    src = edit(src, "\n@gluon.jit\ndef _tile(", BIAS_ROWS + "\n@gluon.jit\ndef _tile(")
-    return edit(src, "        in_e = (d >= 0) & (d < qt.E) & row_valid[:, None]\n"
-                "        rel = gl.load(qt.REL + rel_off[:, None] + d, mask=in_e, other=0.0).to(gl.float32)\n",
-                "        rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)\n")
-
-# ---- on top of bias_rows, interior near tiles (every row's keys within [pos - E + 1, pos] and the window) load the
+# ---- interior near tiles (every row's keys within [pos - E + 1, pos] and the window) load the
 # bias unmasked and add it with no visibility select; the masked code runs only on the band's edge and the diagonal.
 # (The first try at this, before bias_rows, was no faster: then the bias's L1 line lookups bounded a near tile) ------
 def interior_rows(src: str) -> str:
@@ -253,9 +226,9 @@ def no_exp2(src: str) -> str:
                 "        p = qk * qt.sm_scale_log2 - m_off[:, None]")
 
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
-# Gone from here: regs240 (folded into 07c on 2026-12-06), bias_early (not exact, no faster), the
-# pre-pass in 32/64-key programs, pingpong_gemms' combinations and the first interior (no faster, on the direct bias
-# gather; bias_rows+interior is its successor); their records in bench/notes
+# Gone from here: regs240 and bias_rows (folded into 07c on 2026-12-06), bias_early (not exact, no faster), the
+# pre-pass in 32/64-key programs, pingpong_gemms' combinations and the first interior (no faster, before the
+# row-wise bias load; bias_rows+interior is its successor); their records in bench/notes
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
                              "runs under the other's MMAs", True),
@@ -266,10 +239,8 @@ VARIANTS = {
     "key_slots": ([key_slots], "P.V's k order is the one P's registers hold (the Vᵀ pre-pass permutes each 32-key "
                                "chunk): no shuffles of P", False),
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
-    "bias_rows": ([bias_rows], "a near tile's bias loaded with a warp's lanes along one row's keys, then moved into the "
-                               "accumulator's layout", True),
-    "bias_rows+interior": ([bias_rows, interior_rows], "bias_rows, and interior near tiles load the bias unmasked "
-                                                        "and add it with no visibility select", True),
+    "interior": ([interior_rows], "interior near tiles load the bias unmasked and add it with no visibility select",
+                 True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
     "ablation: key_slots, no far exp2": ([key_slots, no_exp2], "key_slots with the far tiles' exp2 left out: wrong "

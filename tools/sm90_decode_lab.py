@@ -153,9 +153,31 @@ def ring(stages: int):
     return edit_ring
 
 
+def lsum(src: str) -> str:
+    """The softmax's row sums kept per element, [BLOCK_N, N] in Sᵀ's layout, and summed over the keys once after the
+    last tile: a tile's sum then costs an add per element instead of a reduction across the warpgroup's four warps
+    (shuffles, then shared memory and a barrier). The same e4m3 P is summed, in another order."""
+    src = _edit(src, "        l_i = l_i * alpha\n", "        l_i = l_i * alpha[None, :]\n")
+    src = _edit(src, "    l_i = l_i + gl.sum(p8.to(gl.float32), 0)          # the row sum of the e4m3 P that the product reads\n",
+                "    l_i = l_i + p8.to(gl.float32)                      # per element: summed over the keys at the end\n")
+    src = _edit(src, "    l_i = gl.zeros([N], gl.float32, gl.SliceLayout(0, s_l))\n",
+                "    l_i = gl.zeros([BLOCK_N, N], gl.float32, s_l)\n")
+    end = "    l_safe = gl.where(l_i == 0.0, 1.0, l_i)\n    lse = gl.where(l_i == 0.0, float(\"-inf\"), m_i + gl.log2(l_safe) - P_OFFSET)"
+    return _edit(src, end, "    l_i = gl.sum(l_i, 0)\n" + end)
+
+
+def compose(*edits):
+    def edit_all(src: str) -> str:
+        for e in edits: src = e(src)
+        return src
+    edit_all.__doc__ = " Then: ".join(e.__doc__ for e in edits)
+    return edit_all
+
+
 # gone from here: prefetch (the next tile's K and V in registers: 237 registers, slower) and block128 (128-key tiles,
 # 3 programs an SM: slower); their records in bench/notes
-VARIANTS = {"bt_ahead": bt_ahead, "ring2": ring(2), "ring3": ring(3)}
+VARIANTS = {"bt_ahead": bt_ahead, "ring2": ring(2), "ring3": ring(3), "lsum": lsum,
+            "ring2+lsum": compose(ring(2), lsum), "ring3+lsum": compose(ring(3), lsum)}
 
 
 LABEL = "sm90"      # the kernel's name in the record: "sm90 VARIANT" when a variant runs

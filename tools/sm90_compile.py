@@ -135,6 +135,11 @@ def build_decode(page, window, G=8, Hkv=2, E=1024, B=2):
     fn, names = m._decode_sm90_kernel, m._decode_sm90_kernel.arg_names
     ptrs = dict(Q="*fp8e4nv", K="*fp8e4nv", V="*fp8e4nv", REL="*bf16", OPART="*fp32", LSE="*fp32", BT="*i32",
                 SEQ="*i32", CU="*i32")
+    if "k_desc" in names:       # a lab variant that reads K and V by TMA (tools/sm90_decode_lab.py): 2-D descriptors
+        k2 = m._rows_2d(kc)[0]
+        desc = TensorDescriptor(k2, list(k2.shape), list(k2.stride()), [min(page, m.DECODE_BLOCK_N), 128],
+                                m.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
+        ptrs.update(k_desc=arg_type(desc), v_desc=arg_type(desc))
     sig = {n: "constexpr" if n in meta else ptrs.get(n, "fp32" if n in ("sm_scale_log2", "threshold") else "i32")
            for n in names}
     # what Triton's launcher infers for these arguments: 16-byte aligned pointers, the strides of a cache like kc's

@@ -153,6 +153,122 @@ def ring(stages: int):
     return edit_ring
 
 
+TMA_HELPERS = """
+@gluon.jit
+def _tma_tile(k_desc, v_desc, BT, bt_off, j0, pred, kv_len, oob_row, row_blk, row_head, col_head, k_dst, v_dst, bar,
+              BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BOX: gl.constexpr):
+    # keys j0 ... j0 + BLOCK_N - 1 of K and V into a ring stage by TMA, a box per page (`pred` false: nothing); a page
+    # past the sequence is not looked up: its box starts at oob_row, past the 2-D view, and TMA writes zeros
+    if pred:
+        mbarrier.expect(bar, 2 * BLOCK_N * 128)
+        for sub in gl.static_range(BLOCK_N // BOX):
+            key = j0 + sub * BOX
+            blk = gl.load(BT + bt_off + key // PAGE, mask=key < kv_len, other=0)
+            row = gl.where(key < kv_len, blk * row_blk + row_head + key % PAGE, oob_row)
+            tma.async_copy_global_to_shared(k_desc, [row, col_head], bar, k_dst.slice(sub * BOX, BOX))
+            tma.async_copy_global_to_shared(v_desc, [row, col_head], bar, v_dst.slice(sub * BOX, BOX))
+
+"""
+
+TMA_LOOP = """    # every tile through a ring of STAGES stages filled by TMA, STAGES - 1 tiles ahead; one mbarrier a stage
+    STAGES: gl.constexpr = RING_STAGES
+    BOX: gl.constexpr = PAGE if PAGE < BLOCK_N else BLOCK_N
+    sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    k_ring = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], sh8)
+    v_ring = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], sh8)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+    fence_async_shared()
+    _cta_barrier()
+    n_tiles = gl.cdiv(end - start, BLOCK_N)
+    n_far = (far_end - start) // BLOCK_N
+    bt_off = b.to(gl.int64) * stride_btb
+    rh = hkv * row_head
+    ch = hkv * col_head
+    for i in gl.static_range(STAGES - 1):
+        _tma_tile(k_desc, v_desc, BT, bt_off, start + i * BLOCK_N, i < n_tiles, kv_len, oob_row, row_blk, rh, ch,
+                  k_ring.index(i), v_ring.index(i), ready.index(i), BLOCK_N, PAGE, BOX)
+    for t in range(0, n_tiles):
+        j0 = start + t * BLOCK_N
+        _cta_barrier()                                     # every thread is done with tile t - 1's stage
+        sa = (t + STAGES - 1) % STAGES
+        _tma_tile(k_desc, v_desc, BT, bt_off, j0 + (STAGES - 1) * BLOCK_N, t + STAGES - 1 < n_tiles, kv_len, oob_row,
+                  row_blk, rh, ch, k_ring.index(sa), v_ring.index(sa), ready.index(sa), BLOCK_N, PAGE, BOX)
+        s = t % STAGES
+        mbarrier.wait(ready.index(s), (t // STAGES) & 1)
+        v = v_ring.index(s).load(ld)
+        if t < n_far:
+            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
+                                         pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False,
+                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
+        else:
+            if j0 + BLOCK_N > kv_len:      # the sequence's last tile: its page's slots past it read as zeros in V
+                n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
+                v = gl.where((n < kv_len)[:, None], v, gl.zeros_like(v))
+            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
+                                         pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True,
+                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+"""
+
+TMA_LAUNCH = """
+
+class _TmaDecodeLaunch:
+    "`kernel[grid](q, k_cache, v_cache, ...)` as `_split_kv` calls it, with K and V passed as 2-D TMA descriptors."
+    def __init__(self, kernel): self.kernel = kernel
+    def __getitem__(self, grid):
+        def launch(q, k_cache, v_cache, *args, **meta):
+            return self.kernel[grid](q, *_decode_tma_descs(k_cache, v_cache), *args, **meta)
+        return launch
+
+def _decode_tma_descs(k_cache, v_cache):
+    "(k_desc, v_desc) and, for the kernel's last arguments, (oob_row, row_blk, row_head, col_head) of the caches' views."
+    smem = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+    box = min(k_cache.shape[1], DECODE_BLOCK_N)
+    (k2, *geo), (v2, *vgeo) = _rows_2d(k_cache), _rows_2d(v_cache)
+    assert geo == vgeo and k2.shape == v2.shape, "K and V caches of one layout"
+    desc = lambda x: TensorDescriptor(x, list(x.shape), list(x.stride()), [box, 128], smem)
+    return desc(k2), desc(v2)
+
+def _decode_tma_geometry(k_cache) -> dict:
+    k2, row_blk, row_head, col_head = _rows_2d(k_cache)
+    return dict(oob_row=k2.shape[0], row_blk=row_blk, row_head=row_head, col_head=col_head)
+"""
+
+
+def tma_ring(stages: int):
+    def edit_tma(src: str) -> str:
+        src = _edit(src, "\n# %% ../nbs/07c_attention_sm90.ipynb #d5c0a004\n",
+                    "\n# %% ../nbs/07c_attention_sm90.ipynb #d5c0a004\n" + TMA_HELPERS)
+        src = _edit(src, "@gluon.jit(do_not_specialize=[\"num_blocks\"])\ndef _decode_sm90_kernel(Q, K, V, REL,",
+                    "@gluon.jit(do_not_specialize=[\"num_blocks\", \"oob_row\"])\n"
+                    "def _decode_sm90_kernel(Q, k_desc, v_desc, REL,")
+        src = _edit(src, "                        stride_rt, stride_rh, stride_btb, stride_ob, stride_oh, stride_os, "
+                    "stride_lb, stride_lh,\n",
+                    "                        stride_rt, stride_rh, stride_btb, stride_ob, stride_oh, stride_os, "
+                    "stride_lb, stride_lh,\n                        oob_row, row_blk, row_head, col_head,\n")
+        a = src.index("    for j0 in range(start, far_end, BLOCK_N):          # far tiles: whole, unbiased, unmasked")
+        b = src.index("    l_safe = gl.where(l_i == 0.0, 1.0, l_i)\n    lse", a)
+        src = src[:a] + TMA_LOOP.replace("RING_STAGES", str(stages)) + src[b:]
+        src = _edit(src, "    s = _decode_st(k, q_smem, k_smem, s_l, BLOCK_N, N) * sm_scale_log2\n",
+                    "    s = warpgroup_mma(k_smem, q_smem.permute((1, 0)), gl.zeros([BLOCK_N, N], gl.float32, s_l),\n"
+                    "                      use_acc=False) * sm_scale_log2\n")
+        src = _edit(src, "    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)\n",
+                    "    _cta_barrier()\n    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)\n")
+        # the launch passes the descriptors and the views' geometry; the rows' other arguments are unused
+        src = _edit(src, "    return _split_kv(_decode_sm90_kernel, q, k_cache, v_cache, rel_logits,",
+                    "    return _split_kv(_TmaDecodeLaunch(_decode_sm90_kernel), q, k_cache, v_cache, rel_logits,")
+        src = _edit(src, "                     P_OFFSET=float(MAX_OFFSET), num_warps=_DECODE_WARPS)\n",
+                    "                     P_OFFSET=float(MAX_OFFSET), num_warps=_DECODE_WARPS,\n"
+                    "                     **_decode_tma_geometry(k_cache))\n")
+        return src + TMA_LAUNCH
+    edit_tma.__doc__ = (f"Every tile's K and V through a {stages}-stage shared-memory ring filled by TMA (a box per "
+                        f"page, one mbarrier a stage), {stages - 1} tile(s) ahead; no address arithmetic per thread.")
+    return edit_tma
+
+
 def lsum(src: str) -> str:
     """The softmax's row sums kept per element, [BLOCK_N, N] in Sᵀ's layout, and summed over the keys once after the
     last tile: a tile's sum then costs an add per element instead of a reduction across the warpgroup's four warps
@@ -177,7 +293,8 @@ def compose(*edits):
 # gone from here: prefetch (the next tile's K and V in registers: 237 registers, slower) and block128 (128-key tiles,
 # 3 programs an SM: slower); their records in bench/notes
 VARIANTS = {"bt_ahead": bt_ahead, "ring2": ring(2), "ring3": ring(3), "lsum": lsum,
-            "ring2+lsum": compose(ring(2), lsum), "ring3+lsum": compose(ring(3), lsum)}
+            "ring2+lsum": compose(ring(2), lsum), "ring3+lsum": compose(ring(3), lsum), "tma2": tma_ring(2),
+            "tma3": tma_ring(3), "tma4": tma_ring(4)}
 
 
 LABEL = "sm90"      # the kernel's name in the record: "sm90 VARIANT" when a variant runs
@@ -192,6 +309,7 @@ def use_variant(name: str):
     spec = importlib.util.spec_from_file_location(f"inkling_fp8kv._sm90_decode_{name}", path)
     mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
     shipped._decode_sm90_kernel = mod._decode_sm90_kernel       # launch_decode_sm90 reads the globals at each call
+    shipped.launch_decode_sm90 = mod.launch_decode_sm90         # rel_attention's dispatch reads it at each call
     shipped.DECODE_BLOCK_N = mod.DECODE_BLOCK_N
     global LABEL
     LABEL = f"sm90 {name}"

@@ -132,66 +132,6 @@ def pdl(src: str) -> str:
     return edit(src, "    _prefill_sm90_kernel[grid](*args, **meta, maxnreg=_MAXNREG)\n",
                 "    _prefill_sm90_kernel[grid](*args, **meta, maxnreg=_MAXNREG, launch_pdl=True)\n")
 
-# ---- interior near tiles (every row's keys within [pos - E + 1, pos] and the window) load the
-# bias unmasked and add it with no visibility select; the masked code runs only on the band's edge and the diagonal.
-# (The first try at this, before bias_rows, was no faster: then the bias's L1 line lookups bounded a near tile) ------
-def interior_rows(src: str) -> str:
-    src = edit(src, "def _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid):",
-               "def _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid, FULL: gl.constexpr):")
-    src = edit(src, """    in_e = (d >= 0) & (d < qt.E) & ok_c[:, None]
-    rel = gl.load(qt.REL + off_c[:, None] + d, mask=in_e, other=0.0)
-""", """    if FULL:        # an interior tile: every key of every row is in its band
-        rel = gl.load(qt.REL + off_c[:, None] + d)
-    else:
-        in_e = (d >= 0) & (d < qt.E) & ok_c[:, None]
-        rel = gl.load(qt.REL + off_c[:, None] + d, mask=in_e, other=0.0)
-""")
-    src = edit(src, "def _tile(cfg, keys, tiles, kv, qt, acc0,", "def _tile(cfg, keys, tiles, kv, qt, INTERIOR: gl.constexpr, acc0,")
-    src = edit(src, "_tile(cfg, keys, tiles, kv, qt, acc0,", "_tile(cfg, keys, tiles, kv, qt, False, acc0,", count=2)
-    old = """        rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)
-        vis = (d >= 0) & (offs_n < keys.kv_len)[None, :]
-        if cfg.HAS_WINDOW:
-            vis = vis & (d < qt.W)
-        s = gl.where(vis, qk * qt.sm_scale_log2 + rel * _LOG2E, float("-inf"))
-"""
-    new = """        if INTERIOR:
-            s = qk * qt.sm_scale_log2 + _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid, True) * _LOG2E
-        else:
-            rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid, False)
-            vis = (d >= 0) & (offs_n < keys.kv_len)[None, :]
-            if cfg.HAS_WINDOW:
-                vis = vis & (d < qt.W)
-            s = gl.where(vis, qk * qt.sm_scale_log2 + rel * _LOG2E, float("-inf"))
-"""
-    src = edit(src, old, new)
-    # rows past the request's end take its last query's place: every load in bounds, nothing of theirs is stored
-    src = edit(src, """    pos = qt.pos0 + tok
-    rel_off = (qt.q_start + tok) * qt.stride_rt""", """    tok_c = gl.minimum(tok, qt.q_len - 1)
-    pos = qt.pos0 + tok_c
-    rel_off = (qt.q_start + tok_c) * qt.stride_rt""")
-    old = """    for j in range(keys.n_far, keys.n_tiles):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
-                                     row_valid, True)
-"""
-    new = """    # this warpgroup's positions (its rows past the end count as its last); tiles j_a <= j < j_b are interior
-    tok_lo = gl.minimum(qt.tok0 + WG * (cfg.M // cfg.G), qt.q_len - 1)
-    tok_hi = gl.minimum(qt.tok0 + (WG + 1) * (cfg.M // cfg.G), qt.q_len) - 1
-    band = gl.minimum(qt.E, qt.W) if cfg.HAS_WINDOW else qt.E
-    j_a = gl.maximum(keys.n_far, (gl.maximum(qt.pos0 + tok_hi - band + 1 - keys.lo, 0) + cfg.BLOCK_N - 1) // cfg.BLOCK_N)
-    j_a = gl.minimum(j_a, keys.n_tiles)
-    j_b = gl.maximum(gl.minimum(keys.n_tiles, gl.maximum(qt.pos0 + tok_lo + 1 - keys.lo, 0) // cfg.BLOCK_N), j_a)
-    for j in range(keys.n_far, j_a):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
-                                     row_valid, True)
-    for j in range(j_a, j_b):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, True, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
-                                     row_valid, True)
-    for j in range(j_b, keys.n_tiles):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, False, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
-                                     row_valid, True)
-"""
-    return edit(src, old, new)
-
 # ---- the near tiles' bias rows prefetched into L2 by the producer, once the ring's first stages are issued: the far
 # tiles (most of a small prefill's tiles come first) run while they stream in, so a near tile's bias gather waits on
 # L2 rather than HBM (a benchmark's L2 is flushed between calls; serving's rel_logits are freshly written) ----------
@@ -227,8 +167,8 @@ def no_exp2(src: str) -> str:
 
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
 # Gone from here: regs240 and bias_rows (folded into 07c on 2026-12-06), bias_early (not exact, no faster), the
-# pre-pass in 32/64-key programs, pingpong_gemms' combinations and the first interior (no faster, before the
-# row-wise bias load; bias_rows+interior is its successor); their records in bench/notes
+# pre-pass in 32/64-key programs, pingpong_gemms' combinations and interior (unmasked interior near tiles: no faster
+# before the row-wise bias load, and on it 1 % faster at 8K x 64K only, slower elsewhere); their records in bench/notes
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
                              "runs under the other's MMAs", True),
@@ -239,8 +179,6 @@ VARIANTS = {
     "key_slots": ([key_slots], "P.V's k order is the one P's registers hold (the Vᵀ pre-pass permutes each 32-key "
                                "chunk): no shuffles of P", False),
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
-    "interior": ([interior_rows], "interior near tiles load the bias unmasked and add it with no visibility select",
-                 True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
     "ablation: key_slots, no far exp2": ([key_slots, no_exp2], "key_slots with the far tiles' exp2 left out: wrong "

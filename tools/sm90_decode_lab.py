@@ -92,6 +92,28 @@ def _issue_tile(K, V, k_dst, v_dst, blk, j0, limit, kh, vh, stride_kb, stride_ks
 
 '''
 
+# a ring stage's tile through _decode_step (its far or near form): the loops of ring() and tma_ring() both end so
+STAGE_STEP = """        if t < n_far:
+            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
+                                         pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False,
+                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
+        else:
+NEAR_FIRST            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
+                                         pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True,
+                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
+"""
+
+
+def step_from_stage(src: str) -> str:
+    """_decode_step's Q.K^T reads the tile where the ring holds it (its `k_smem` argument; its `k` is unused), and the
+    barrier _decode_st gave the Vᵀ and Pᵀ stores (the last tile's wgmma read them) stands before them."""
+    src = _edit(src, "    s = _decode_st(k, q_smem, k_smem, s_l, BLOCK_N, N) * sm_scale_log2\n",
+                "    s = warpgroup_mma(k_smem, q_smem.permute((1, 0)), gl.zeros([BLOCK_N, N], gl.float32, s_l),\n"
+                "                      use_acc=False) * sm_scale_log2\n")
+    return _edit(src, "    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)\n",
+                 "    _cta_barrier()\n    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)\n")
+
+
 RING_LOOP = '''    # every tile through a ring of STAGES stages filled by cp.async, STAGES - 1 tiles ahead; the block-table entries
     # of the tile to be issued are read one iteration before (a tile's copies wait on one memory latency)
     STAGES: gl.constexpr = RING_STAGES
@@ -118,15 +140,7 @@ RING_LOOP = '''    # every tile through a ring of STAGES stages filled by cp.asy
         fence_async_shared()                               # visible to wgmma
         s = t % STAGES
         v = v_ring.index(s).load(ld)
-        if t < n_far:
-            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
-                                         pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False,
-                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
-        else:
-            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
-                                         pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True,
-                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
-        blk = blk_next
+''' + STAGE_STEP.replace("NEAR_FIRST", "") + '''        blk = blk_next
     async_copy.wait_group(0)
 '''
 
@@ -141,13 +155,7 @@ def ring(stages: int):
         a = src.index("    for j0 in range(start, far_end, BLOCK_N):          # far tiles: whole, unbiased, unmasked")
         b = src.index("    l_safe = gl.where(l_i == 0.0, 1.0, l_i)\n", a)
         src = src[:a] + RING_LOOP.replace("RING_STAGES", str(stages)) + src[b:]
-        # _decode_step's Q.K^T reads the tile where the ring holds it (its `k_smem` argument; its `k` is unused), and
-        # the barrier _decode_st gave the Vᵀ and Pᵀ stores (the last tile's wgmma read them) stands before them
-        src = _edit(src, "    s = _decode_st(k, q_smem, k_smem, s_l, BLOCK_N, N) * sm_scale_log2\n",
-                    "    s = warpgroup_mma(k_smem, q_smem.permute((1, 0)), gl.zeros([BLOCK_N, N], gl.float32, s_l),\n"
-                    "                      use_acc=False) * sm_scale_log2\n")
-        return _edit(src, "    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)\n",
-                     "    _cta_barrier()\n    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)\n")
+        return step_from_stage(src)
     edit_ring.__doc__ = (f"Every tile's K and V through a {stages}-stage shared-memory ring filled by cp.async, "
                          f"{stages - 1} tile(s) ahead; the block-table entries a tile ahead of the copies.")
     return edit_ring
@@ -198,18 +206,10 @@ TMA_LOOP = """    # every tile through a ring of STAGES stages filled by TMA, ST
         s = t % STAGES
         mbarrier.wait(ready.index(s), (t // STAGES) & 1)
         v = v_ring.index(s).load(ld)
-        if t < n_far:
-            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
-                                         pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False,
-                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
-        else:
-            if j0 + BLOCK_N > kv_len:      # the sequence's last tile: its page's slots past it read as zeros in V
+""" + STAGE_STEP.replace("NEAR_FIRST", """            if j0 + BLOCK_N > kv_len:      # the sequence's last tile: its page's slots past it read as zeros in V
                 n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
                 v = gl.where((n < kv_len)[:, None], v, gl.zeros_like(v))
-            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
-                                         pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True,
-                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
-    for i in gl.static_range(STAGES):
+""") + """    for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 """
 
@@ -252,11 +252,7 @@ def tma_ring(stages: int):
         a = src.index("    for j0 in range(start, far_end, BLOCK_N):          # far tiles: whole, unbiased, unmasked")
         b = src.index("    l_safe = gl.where(l_i == 0.0, 1.0, l_i)\n    lse", a)
         src = src[:a] + TMA_LOOP.replace("RING_STAGES", str(stages)) + src[b:]
-        src = _edit(src, "    s = _decode_st(k, q_smem, k_smem, s_l, BLOCK_N, N) * sm_scale_log2\n",
-                    "    s = warpgroup_mma(k_smem, q_smem.permute((1, 0)), gl.zeros([BLOCK_N, N], gl.float32, s_l),\n"
-                    "                      use_acc=False) * sm_scale_log2\n")
-        src = _edit(src, "    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)\n",
-                    "    _cta_barrier()\n    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)\n")
+        src = step_from_stage(src)
         # the launch passes the descriptors and the views' geometry; the rows' other arguments are unused
         src = _edit(src, "    return _split_kv(_decode_sm90_kernel, q, k_cache, v_cache, rel_logits,",
                     "    return _split_kv(_TmaDecodeLaunch(_decode_sm90_kernel), q, k_cache, v_cache, rel_logits,")

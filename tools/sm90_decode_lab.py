@@ -92,13 +92,15 @@ def _issue_tile(K, V, k_dst, v_dst, blk, j0, limit, kh, vh, stride_kb, stride_ks
 
 '''
 
-# a ring stage's tile through _decode_step (its far or near form): the loops of ring() and tma_ring() both end so
+# a ring stage's tile through _decode_step, far or near: the end of ring()'s and tma_ring()'s loops (NEAR_FIRST, a
+# line of its own: what a near tile does first)
 STAGE_STEP = """        if t < n_far:
             acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
                                          pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False,
                                          HAS_WINDOW, P_OFFSET, s_l, o_l)
         else:
-NEAR_FIRST            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
+NEAR_FIRST
+            acc, l_i, m_i = _decode_step(0, v, acc, l_i, m_i, q_smem, k_ring.index(s), v_smem, p_smem, REL, j0, end,
                                          pos, rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True,
                                          HAS_WINDOW, P_OFFSET, s_l, o_l)
 """
@@ -114,8 +116,8 @@ def step_from_stage(src: str) -> str:
                  "    _cta_barrier()\n    acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)\n")
 
 
-RING_LOOP = '''    # every tile through a ring of STAGES stages filled by cp.async, STAGES - 1 tiles ahead; the block-table entries
-    # of the tile to be issued are read one iteration before (a tile's copies wait on one memory latency)
+RING_LOOP = '''    # every tile through a ring of STAGES stages filled by cp.async, STAGES - 1 tiles ahead; the
+    # block-table entries of the tile to be issued are read one iteration before (its copies wait on one latency)
     STAGES: gl.constexpr = RING_STAGES
     sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
     k_ring = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BLOCK_N, 128], sh8)
@@ -140,7 +142,7 @@ RING_LOOP = '''    # every tile through a ring of STAGES stages filled by cp.asy
         fence_async_shared()                               # visible to wgmma
         s = t % STAGES
         v = v_ring.index(s).load(ld)
-''' + STAGE_STEP.replace("NEAR_FIRST", "") + '''        blk = blk_next
+''' + STAGE_STEP.replace("NEAR_FIRST\n", "") + '''        blk = blk_next
     async_copy.wait_group(0)
 '''
 
@@ -178,7 +180,7 @@ def _tma_tile(k_desc, v_desc, BT, bt_off, j0, pred, kv_len, oob_row, row_blk, ro
 
 """
 
-TMA_LOOP = """    # every tile through a ring of STAGES stages filled by TMA, STAGES - 1 tiles ahead; one mbarrier a stage
+TMA_LOOP = """    # every tile through a ring of STAGES stages filled by TMA, STAGES - 1 tiles ahead; a barrier a stage
     STAGES: gl.constexpr = RING_STAGES
     BOX: gl.constexpr = PAGE if PAGE < BLOCK_N else BLOCK_N
     sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
@@ -206,7 +208,8 @@ TMA_LOOP = """    # every tile through a ring of STAGES stages filled by TMA, ST
         s = t % STAGES
         mbarrier.wait(ready.index(s), (t // STAGES) & 1)
         v = v_ring.index(s).load(ld)
-""" + STAGE_STEP.replace("NEAR_FIRST", """            if j0 + BLOCK_N > kv_len:      # the sequence's last tile: its page's slots past it read as zeros in V
+""" + STAGE_STEP.replace("NEAR_FIRST\n", """\
+            if j0 + BLOCK_N > kv_len:      # the sequence's last tile: its page's slots past it read as zeros in V
                 n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
                 v = gl.where((n < kv_len)[:, None], v, gl.zeros_like(v))
 """) + """    for i in gl.static_range(STAGES):
@@ -224,7 +227,7 @@ class _TmaDecodeLaunch:
         return launch
 
 def _decode_tma_descs(k_cache, v_cache):
-    "(k_desc, v_desc) and, for the kernel's last arguments, (oob_row, row_blk, row_head, col_head) of the caches' views."
+    "2-D TMA descriptors of the K and V caches' row views (`_rows_2d`), boxes of a page (at most a tile) x 128 bytes."
     smem = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
     box = min(k_cache.shape[1], DECODE_BLOCK_N)
     (k2, *geo), (v2, *vgeo) = _rows_2d(k_cache), _rows_2d(v_cache)
@@ -233,6 +236,7 @@ def _decode_tma_descs(k_cache, v_cache):
     return desc(k2), desc(v2)
 
 def _decode_tma_geometry(k_cache) -> dict:
+    "The kernel's last arguments: the row view's first row past its end, and its block, head and column strides."
     k2, row_blk, row_head, col_head = _rows_2d(k_cache)
     return dict(oob_row=k2.shape[0], row_blk=row_blk, row_head=row_head, col_head=col_head)
 """
@@ -270,11 +274,13 @@ def lsum(src: str) -> str:
     last tile: a tile's sum then costs an add per element instead of a reduction across the warpgroup's four warps
     (shuffles, then shared memory and a barrier). The same e4m3 P is summed, in another order."""
     src = _edit(src, "        l_i = l_i * alpha\n", "        l_i = l_i * alpha[None, :]\n")
-    src = _edit(src, "    l_i = l_i + gl.sum(p8.to(gl.float32), 0)          # the row sum of the e4m3 P that the product reads\n",
-                "    l_i = l_i + p8.to(gl.float32)                      # per element: summed over the keys at the end\n")
+    src = _edit(src, "    l_i = l_i + gl.sum(p8.to(gl.float32), 0)          # the row sum of the e4m3 P that the "
+                "product reads\n", "    l_i = l_i + p8.to(gl.float32)                      # per element: summed over "
+                "the keys at the end\n")
     src = _edit(src, "    l_i = gl.zeros([N], gl.float32, gl.SliceLayout(0, s_l))\n",
                 "    l_i = gl.zeros([BLOCK_N, N], gl.float32, s_l)\n")
-    end = "    l_safe = gl.where(l_i == 0.0, 1.0, l_i)\n    lse = gl.where(l_i == 0.0, float(\"-inf\"), m_i + gl.log2(l_safe) - P_OFFSET)"
+    end = ("    l_safe = gl.where(l_i == 0.0, 1.0, l_i)\n"
+           "    lse = gl.where(l_i == 0.0, float(\"-inf\"), m_i + gl.log2(l_safe) - P_OFFSET)")
     return _edit(src, end, "    l_i = gl.sum(l_i, 0)\n" + end)
 
 
@@ -365,7 +371,8 @@ def time_rows(budget_s: float, t0: float, waves_list=WAVES) -> list:
             if time.time() - t0 > budget_s:
                 return rows.append(dict(case=case, impl=impl, skipped="budget", **extra))
             try: us = time_us(fn, "replay")
-            except Exception as e: return rows.append(dict(case=case, impl=impl, error=f"{type(e).__name__}: {e}"[:300]))
+            except Exception as e:
+                return rows.append(dict(case=case, impl=impl, error=f"{type(e).__name__}: {e}"[:300]))
             tb = nbytes / (us * 1e-6) / 1e12
             rows.append(dict(case=case, B=B, kv=kv, impl=impl, us=us, tbps=tb, of_copy=tb / copy["tbps"], **extra))
         add("portable", _call(inp, fast_path=False, num_splits=None, out=out))      # the portable decode's own launch

@@ -120,14 +120,14 @@ def _triton_rel_attention(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, num_
     return _launch_prefill(q, k_cache, v_cache, rel_logits, max_seqlen_q=max_seqlen_q, config=config, **kw)
 
 def decode_launch(batch: int, num_heads: int, num_kv_heads: int, max_seqlen_k: int, *, fp8: bool, window=None,
-                  device) -> tuple:
+                  device, block_size: int = 16) -> tuple:
     """`(name, block_n, num_splits)` of the decode launch `rel_attention(num_splits=None, fast_path=None)` makes for
-    `batch` requests on `device`, for caches of the layout the layer binds: `'decode_sm90'` where notebook 07c's
-    kernel is picked (`attention_sm90.decode_sm90_picked`), else the `ATTN_CONFIGS` entry's name."""
+    `batch` requests on `device`, for caches of the layout the layer binds, in pages of `block_size`: `'decode_sm90'`
+    where notebook 07c's kernel is picked (`attention_sm90.decode_sm90_picked`), else the `ATTN_CONFIGS` entry's name."""
     device = torch.device(device)
     if fp8 and device.type == "cuda" and triton_target() == "cuda":
         from inkling_fp8kv import attention_sm90
-        if attention_sm90.decode_sm90_picked(num_heads, num_kv_heads, device=device):
+        if attention_sm90.decode_sm90_picked(num_heads, num_kv_heads, device=device, block_size=block_size):
             return "decode_sm90", attention_sm90.DECODE_BLOCK_N, attention_sm90.decode_sm90_splits(
                 batch, num_kv_heads, max_seqlen_k, window=window, device=device)
     name, cfg = decode_config(batch, fp8=fp8, device=device)

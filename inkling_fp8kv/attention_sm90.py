@@ -46,11 +46,10 @@ _BLOCK_M, _BLOCK_N, _STAGES, _NUM_WARPS, _CONSUMER_REGS, _MAXNREG = 128, 128, 3,
 _LOG2E = gl.constexpr(LOG2E)
 # the decode kernel's ("Decode" below): a 64-key tile is one warpgroup's wgmma M (4 warps), and a KV head's G query
 # heads are the N of one wgmma (8 or 16: G <= 16). DECODE_WAVES, programs per SM, is measured at five decode shapes
-# (notebook 15 tabulates bench/notes/sm90_decode_lab_*): of 2, 4, 8 and 16, 4 was fastest at each on the H100 and the
-# H200; then 3 to 6 on the H100, where 5 was as fast or faster at each. 5 is what the SM's registers hold (the kernel
-# takes about 90 a thread): 6 or more run in two rounds
+# (notebook 15 tabulates bench/notes/sm90_decode_lab_*): 4 is what the SM's shared memory holds at the kernel's 51 KB
+# (its two-stage K/V ring), and with the ring 4 was faster than 3 at each shape on the H100
 DECODE_BLOCK_N, _DECODE_WARPS, DECODE_MAX_G = 64, 4, 16
-DECODE_WAVES = 5
+DECODE_WAVES = 4
 
 # %% ../nbs/07c_attention_sm90.ipynb #b1075448
 @aggregate
@@ -427,6 +426,10 @@ def _prefill_layout_refusal(k_cache, v_cache, Hq, Hkv, G, page) -> str | None:
     if page % 8 or not (128 % page == 0 or page % 128 == 0):
         return (f"block_size {page}: a TMA box per page must cover whole 8-row swizzle atoms and a 128-key tile whole "
                 "pages (a multiple of 8 that divides 128, or a multiple of 128)")
+    return _tma_rows_refusal(k_cache, v_cache)
+
+def _tma_rows_refusal(k_cache, v_cache) -> str | None:
+    "Both kernels' conditions for reading the caches by TMA as 2-D token rows (`_rows_2d`), or None."
     rows = []
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
         s = c.stride()
@@ -443,15 +446,15 @@ def _prefill_layout_refusal(k_cache, v_cache, Hq, Hkv, G, page) -> str | None:
     if rows[0][3] >= 2 ** 31: return f"{rows[0][3]} cache rows: the kernel's TMA rows are int32"
     return None
 
-def _decode_layout_refusal(k_cache, v_cache, Hq, Hkv, G) -> str | None:
-    "The decode kernel's own conditions on the heads and the cache layout (plain loads: any page size), or None."
+def _decode_layout_refusal(k_cache, v_cache, Hq, Hkv, G, page) -> str | None:
+    "The decode kernel's own conditions on the heads and the cache layout (TMA), or None."
     if not 1 <= G <= DECODE_MAX_G:
         return (f"Hq={Hq}, Hkv={Hkv}: the decode kernel packs a KV head's G = Hq / Hkv query heads into one wgmma's N "
                 f"(8 or 16), so G must be an integer <= {DECODE_MAX_G}")
-    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
-        return (f"k_cache/v_cache strides {k_cache.stride()}/{v_cache.stride()}: the decode kernel reads rows "
-                "contiguous in the head dimension")
-    return None
+    if page % 8:
+        return (f"block_size {page}: the decode kernel's TMA boxes lie within a page and cover whole 8-row swizzle "
+                "atoms, so block_size must be a multiple of 8")
+    return _tma_rows_refusal(k_cache, v_cache)
 
 def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, capability=None, block_table=None,
                   max_seqlen_k=None) -> str | None:
@@ -478,7 +481,7 @@ def sm90_eligible(q, k_cache, v_cache, rel_logits, *, max_seqlen_q, out=None, ca
                 "dim 128")
     Hq, (page, Hkv) = q.shape[1], k_cache.shape[1:3]
     G = Hq // Hkv if Hkv and Hq % Hkv == 0 else 0
-    why = _decode_layout_refusal(k_cache, v_cache, Hq, Hkv, G) if decode else \
+    why = _decode_layout_refusal(k_cache, v_cache, Hq, Hkv, G, page) if decode else \
         _prefill_layout_refusal(k_cache, v_cache, Hq, Hkv, G, page)
     if why is not None: return why
     if rel_logits.dtype != torch.bfloat16 or rel_logits.stride(-1) != 1:
@@ -575,51 +578,65 @@ def prefill_sm90(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_s
 
 # %% ../nbs/07c_attention_sm90.ipynb #d5c0a002
 @gluon.jit
-def _paged_rows(X, bt_row, j0, limit, head_off, stride_b, stride_s, BLOCK_N: gl.constexpr, PAGE: gl.constexpr,
-                layout: gl.constexpr, FULL: gl.constexpr):
-    # keys j0 … j0 + BLOCK_N − 1 of one KV head of a paged cache, [BLOCK_N, 128] in `layout`, 16-byte vectors per
-    # thread; keys >= limit read as zeros (FULL: the caller knows there are none). One block-table read per tile where
-    # pages are whole multiples of the tile, else one per key (the portable kernel's `_kv_tile` rule)
-    n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
-    d = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
-    if FULL:
-        ok = gl.full([BLOCK_N], 1, gl.int1, gl.SliceLayout(1, layout))
-    else:
-        ok = n < limit
-    if PAGE % BLOCK_N == 0:
-        blk = gl.load(bt_row + j0 // PAGE).to(gl.int64)
-    else:
-        blk = gl.load(bt_row + n // PAGE, mask=ok, other=0).to(gl.int64)
-    slot = blk * stride_b + (n % PAGE) * stride_s + head_off
-    return gl.load(X + slot[:, None] + d[None, :], mask=ok[:, None], other=0.0)
+def _decode_box_row(BT, bt_off, key, kv_len, oob_row, row_blk, row_head, PAGE: gl.constexpr):
+    # the row of the cache's 2-D row view (`_rows_2d`) where key `key` of this program's KV head lies, a TMA box's first
+    # row; a key past the sequence is not looked up: oob_row, the first row past the view, where TMA reads zeros
+    blk = gl.load(BT + bt_off + key // PAGE, mask=key < kv_len, other=0)
+    return gl.where(key < kv_len, blk * row_blk + row_head + key % PAGE, oob_row)
+
+
+@gluon.jit
+def _decode_fetch(k_desc, v_desc, BT, bt_off, j0, kv_len, oob_row, row_blk, row_head, col_head, k_ring, v_ring, ready,
+                  i, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BOX: gl.constexpr):
+    # gluon-only: keys j0 … j0 + BLOCK_N − 1 of K and V by TMA into tile i's ring stage, BOX keys (of one page) a box;
+    # the stage's barrier completes when all their bytes have landed (a box past the view counts in full: zeros)
+    bar = ready.index(i % 2)
+    mbarrier.expect(bar, 2 * BLOCK_N * 128)
+    for sub in gl.static_range(BLOCK_N // BOX):
+        row = _decode_box_row(BT, bt_off, j0 + sub * BOX, kv_len, oob_row, row_blk, row_head, PAGE)
+        tma.async_copy_global_to_shared(k_desc, [row, col_head], bar, k_ring.index(i % 2).slice(sub * BOX, BOX))
+        tma.async_copy_global_to_shared(v_desc, [row, col_head], bar, v_ring.index(i % 2).slice(sub * BOX, BOX))
+
+
+@gluon.jit
+def _decode_stage(k_ring, v_ring, ready, i, layout: gl.constexpr):
+    # gluon-only: tile i once its bytes have landed: its K where the ring holds it (the wgmma reads it there) and its V
+    # in registers, in `layout`
+    mbarrier.wait(ready.index(i % 2), (i // 2) & 1)
+    return k_ring.index(i % 2), v_ring.index(i % 2).load(layout)
 
 
 @gluon.jit
 def _decode_smem(q, N: gl.constexpr, BLOCK_N: gl.constexpr):
-    # gluon-only: Q's N rows in shared memory, and the buffers of the K, V and Pᵀ tiles
+    # gluon-only: Q's N rows in shared memory; the two-stage ring of K and V tiles as stored (e4m3) with a barrier a
+    # stage; the f16 V and Pᵀ tiles that the P.V wgmma reads
     sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
     sh16: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     q_smem = gl.allocate_shared_memory(gl.float8e4nv, [N, 128], sh8)
     q_smem.store(q)
-    k_smem = gl.allocate_shared_memory(gl.float8e4nv, [BLOCK_N, 128], sh8)
+    k_ring = gl.allocate_shared_memory(gl.float8e4nv, [2, BLOCK_N, 128], sh8)
+    v_ring = gl.allocate_shared_memory(gl.float8e4nv, [2, BLOCK_N, 128], sh8)
+    ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(2):
+        mbarrier.init(ready.index(s), count=1)
+    fence_async_shared()
+    _cta_barrier()
     v_smem = gl.allocate_shared_memory(gl.float16, [BLOCK_N, 128], sh16)
     p_smem = gl.allocate_shared_memory(gl.float16, [N, BLOCK_N], sh16)
-    return q_smem, k_smem, v_smem, p_smem
+    return q_smem, k_ring, v_ring, ready, v_smem, p_smem
 
 
 @gluon.jit
-def _decode_st(k, q_smem, k_smem, s_l: gl.constexpr, BLOCK_N: gl.constexpr, N: gl.constexpr):
-    # gluon-only: Sᵀ [BLOCK_N, N] = K·Qᵀ on e4m3 wgmma (the barrier first: the last tile's wgmmas read k_smem)
-    _cta_barrier()
-    k_smem.store(k)
-    fence_async_shared()
-    _cta_barrier()
+def _decode_st(k_smem, q_smem, s_l: gl.constexpr, BLOCK_N: gl.constexpr, N: gl.constexpr):
+    # gluon-only: Sᵀ [BLOCK_N, N] = K·Qᵀ on e4m3 wgmma
     return warpgroup_mma(k_smem, q_smem.permute((1, 0)), gl.zeros([BLOCK_N, N], gl.float32, s_l), use_acc=False)
 
 
 @gluon.jit
 def _decode_ot(v16, p16, acc, v_smem, p_smem):
-    # gluon-only: Oᵀ [128, N] += Vᵀ·Pᵀ on f16 wgmma, Vᵀ read transposed from V's [BLOCK_N, 128] tile
+    # gluon-only: Oᵀ [128, N] += Vᵀ·Pᵀ on f16 wgmma, Vᵀ read transposed from V's [BLOCK_N, 128] tile (the barrier
+    # first: the last tile's wgmma read both buffers)
+    _cta_barrier()
     v_smem.store(v16)
     p_smem.store(gl.permute(p16, [1, 0]))
     fence_async_shared()
@@ -629,11 +646,11 @@ def _decode_ot(v16, p16, acc, v_smem, p_smem):
 
 # %% ../nbs/07c_attention_sm90.ipynb #d5c0a004
 @gluon.jit
-def _decode_step(k, v, acc, l_i, m_i, q_smem, k_smem, v_smem, p_smem, REL, j0, end, pos, rel_off, row_valid,
+def _decode_step(k_smem, v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end, pos, rel_off, row_valid,
                  sm_scale_log2, threshold, E, W, BLOCK_N: gl.constexpr, N: gl.constexpr, MASKED: gl.constexpr,
                  HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr, s_l: gl.constexpr, o_l: gl.constexpr):
     # one key tile of the online softmax, transposed: keys down, the G heads across
-    s = _decode_st(k, q_smem, k_smem, s_l, BLOCK_N, N) * sm_scale_log2
+    s = _decode_st(k_smem, q_smem, s_l, BLOCK_N, N) * sm_scale_log2
     if MASKED:                      # a near tile: the bias band, the causal edge, the sequence's end and the window
         offs_n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_l))
         d = pos - offs_n
@@ -654,50 +671,62 @@ def _decode_step(k, v, acc, l_i, m_i, q_smem, k_smem, v_smem, p_smem, REL, j0, e
     return acc, l_i, m_new
 
 
-@gluon.jit(do_not_specialize=["num_blocks"])
-def _decode_sm90_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
+@gluon.jit(do_not_specialize=["num_blocks", "oob_row"])
+def _decode_sm90_kernel(Q, k_desc, v_desc, REL, OPART, LSE, BT, SEQ, CU,
                         sm_scale_log2, threshold, E, W, num_splits, num_blocks,
                         stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                         stride_rt, stride_rh, stride_btb, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+                        oob_row, row_blk, row_head, col_head,
                         G: gl.constexpr, N: gl.constexpr, BLOCK_N: gl.constexpr, PAGE: gl.constexpr,
-                        HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr):
+                        BOX: gl.constexpr, HAS_WINDOW: gl.constexpr, P_OFFSET: gl.constexpr):
     s_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 32])
     o_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16])
     ld: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [4, 1], [1, 0])       # [rows, 128] bytes, 16-byte vectors
     b = gl.program_id(0)
     hkv = gl.program_id(1)
     sp = gl.program_id(2)
-    t = gl.load(CU + b).to(gl.int64)
+    tok = gl.load(CU + b).to(gl.int64)
     kv_len = gl.load(SEQ + b)
     gq = gl.arange(0, N, layout=gl.SliceLayout(1, ld))
     dq = gl.arange(0, 128, layout=gl.SliceLayout(0, ld))
-    q = gl.load(Q + t * stride_qt + (hkv * G + gq)[:, None] * stride_qh + dq[None, :], mask=(gq < G)[:, None],
+    q = gl.load(Q + tok * stride_qt + (hkv * G + gq)[:, None] * stride_qh + dq[None, :], mask=(gq < G)[:, None],
                 other=0.0)                                                     # G heads in N rows, the rest zeros
-    q_smem, k_smem, v_smem, p_smem = _decode_smem(q, N, BLOCK_N)
+    q_smem, k_ring, v_ring, ready, v_smem, p_smem = _decode_smem(q, N, BLOCK_N)
     g = gl.arange(0, N, layout=gl.SliceLayout(0, s_l))
     row_valid = g < G
     head = hkv * G + gl.where(row_valid, g, 0)
-    rel_off = t * stride_rt + head * stride_rh
+    rel_off = tok * stride_rt + head * stride_rh
     pos = kv_len - 1
     start, far_end, end = _decode_split_range(kv_len, E, W, num_splits, sp, BLOCK_N, HAS_WINDOW)   # 06a's split rule
-    bt_row = BT + b.to(gl.int64) * stride_btb
-    kh = hkv.to(gl.int64) * stride_kh
-    vh = hkv.to(gl.int64) * stride_vh
+    n_tiles = gl.cdiv(end - start, BLOCK_N)
+    n_far = (far_end - start) // BLOCK_N               # tiles 0 … n_far − 1: whole, unbiased, unmasked
+    bt_off = b.to(gl.int64) * stride_btb
+    rh = hkv * row_head
+    ch = hkv * col_head
     m_i = gl.full([N], float("-inf"), gl.float32, gl.SliceLayout(0, s_l))
     l_i = gl.zeros([N], gl.float32, gl.SliceLayout(0, s_l))
     acc = gl.zeros([128, N], gl.float32, o_l)
-    for j0 in range(start, far_end, BLOCK_N):          # far tiles: whole, unbiased, unmasked
-        k = _paged_rows(K, bt_row, j0, kv_len, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, True)
-        v = _paged_rows(V, bt_row, j0, kv_len, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, True)
-        acc, l_i, m_i = _decode_step(k, v, acc, l_i, m_i, q_smem, k_smem, v_smem, p_smem, REL, j0, end, pos, rel_off,
-                                     row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False, HAS_WINDOW,
-                                     P_OFFSET, s_l, o_l)
-    for j0 in range(far_end, end, BLOCK_N):            # near tiles
-        k = _paged_rows(K, bt_row, j0, end, kh, stride_kb, stride_ks, BLOCK_N, PAGE, ld, False)
-        v = _paged_rows(V, bt_row, j0, end, vh, stride_vb, stride_vs, BLOCK_N, PAGE, ld, False)
-        acc, l_i, m_i = _decode_step(k, v, acc, l_i, m_i, q_smem, k_smem, v_smem, p_smem, REL, j0, end, pos, rel_off,
-                                     row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True, HAS_WINDOW,
-                                     P_OFFSET, s_l, o_l)
+    if n_tiles > 0:                                    # the ring runs one tile ahead of the compute
+        _decode_fetch(k_desc, v_desc, BT, bt_off, start, kv_len, oob_row, row_blk, rh, ch, k_ring, v_ring, ready, 0,
+                      BLOCK_N, PAGE, BOX)
+    for i in range(0, n_tiles):
+        j0 = start + i * BLOCK_N
+        _cta_barrier()                                 # every thread is done with tile i − 1, whose stage i + 1 takes
+        if i + 1 < n_tiles:
+            _decode_fetch(k_desc, v_desc, BT, bt_off, j0 + BLOCK_N, kv_len, oob_row, row_blk, rh, ch, k_ring, v_ring,
+                          ready, i + 1, BLOCK_N, PAGE, BOX)
+        k_smem, v = _decode_stage(k_ring, v_ring, ready, i, ld)
+        if i < n_far:
+            acc, l_i, m_i = _decode_step(k_smem, v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end, pos, rel_off,
+                                         row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False, HAS_WINDOW,
+                                         P_OFFSET, s_l, o_l)
+        else:
+            if j0 + BLOCK_N > kv_len:      # the sequence's last tile: its last page's slots past the sequence hold no V
+                n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
+                v = gl.where((n < kv_len)[:, None], v, gl.zeros_like(v))
+            acc, l_i, m_i = _decode_step(k_smem, v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end, pos, rel_off,
+                                         row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True, HAS_WINDOW,
+                                         P_OFFSET, s_l, o_l)
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
     lse = gl.where(l_i == 0.0, float("-inf"), m_i + gl.log2(l_safe) - P_OFFSET)   # log2-sum-exp in true units
     gl.store(LSE + b.to(gl.int64) * stride_lb + head * stride_lh + sp, lse, mask=row_valid)
@@ -709,17 +738,39 @@ def _decode_sm90_kernel(Q, K, V, REL, OPART, LSE, BT, SEQ, CU,
 
 
 # %% ../nbs/07c_attention_sm90.ipynb #d5c0a006
-def decode_sm90_picked(num_heads: int, num_kv_heads: int, *, device) -> bool:
+def decode_sm90_picked(num_heads: int, num_kv_heads: int, *, device, block_size: int = 16) -> bool:
     """Whether `rel_attention(fast_path=None)` runs an fp8 decode batch of this geometry on `device` on this kernel,
-    for caches laid out as the layer binds them (head dim 128, rows contiguous): the question the layer's compile plan
-    asks without tensors (`attention.decode_launch`)."""
+    for caches laid out as the layer binds them (head dim 128, token rows, 16-byte aligned) in pages of `block_size`:
+    the question the layer's compile plan asks without tensors (`attention.decode_launch`)."""
     return (GLUON_SM90 and auto_selects(device, decode=True) and num_heads % num_kv_heads == 0
-            and num_heads // num_kv_heads <= DECODE_MAX_G)
+            and num_heads // num_kv_heads <= DECODE_MAX_G and block_size % 8 == 0)
 
 def decode_sm90_splits(batch: int, num_kv_heads: int, max_seqlen_k: int, *, window=None, device) -> int:
     "The split count `num_splits=None` gives this kernel: `DECODE_WAVES` warpgroups per SM, each a 64-key tile or more."
     return decode_num_splits(batch, num_kv_heads, max_seqlen_k, window=window, block_n=DECODE_BLOCK_N,
                              waves=DECODE_WAVES, num_sms=_num_sms(torch.device(device)))
+
+def _decode_rows(k_cache) -> dict:
+    """The kernel's arguments that locate a key's row in the caches' 2-D row views (`_rows_2d`), and `BOX`, the keys of
+    a TMA box: the most that a 64-key tile, starting at a multiple of 64, takes from one page at a time (the page's
+    largest power-of-two factor, at most 64)."""
+    k2, row_blk, row_head, col_head = _rows_2d(k_cache)
+    page = k_cache.shape[1]
+    return dict(oob_row=k2.shape[0], row_blk=row_blk, row_head=row_head, col_head=col_head,
+                BOX=min(DECODE_BLOCK_N, page & -page))
+
+def _decode_tma(k_cache, v_cache) -> tuple:
+    "K's and V's 2-D TMA descriptors over their row views, in boxes of `BOX` keys x 128 bytes, and `_decode_rows`."
+    rows = _decode_rows(k_cache)
+    smem = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)     # `_decode_smem`'s ring layout
+    desc = lambda x: TensorDescriptor(x, list(x.shape), list(x.stride()), [rows["BOX"], 128], smem)
+    return desc(_rows_2d(k_cache)[0]), desc(_rows_2d(v_cache)[0]), rows
+
+class _WithDescriptors:
+    "`kernel[grid](q, k_cache, v_cache, …)` as `_split_kv` calls it, run with K's and V's TMA descriptors in their place."
+    def __init__(self, kernel, k_desc, v_desc): self.kernel, self.descs = kernel, (k_desc, v_desc)
+    def __getitem__(self, grid):
+        return lambda q, k_cache, v_cache, *args, **meta: self.kernel[grid](q, *self.descs, *args, **meta)
 
 def launch_decode_sm90(q, k_cache, v_cache, rel_logits, *, seq_lens, window, num_splits, max_seqlen_k, out,
                        **kw) -> torch.Tensor:
@@ -728,16 +779,17 @@ def launch_decode_sm90(q, k_cache, v_cache, rel_logits, *, seq_lens, window, num
     if B == 0: return out
     if num_splits is None:
         num_splits = decode_sm90_splits(B, Hkv, _longest(seq_lens, max_seqlen_k), window=window, device=q.device)
-    return _split_kv(_decode_sm90_kernel, q, k_cache, v_cache, rel_logits, seq_lens=seq_lens, window=window,
-                     num_splits=num_splits, out=out, **kw, G=G, N=max(8, triton.next_power_of_2(G)),
-                     BLOCK_N=DECODE_BLOCK_N, PAGE=k_cache.shape[1], HAS_WINDOW=window is not None,
-                     P_OFFSET=float(MAX_OFFSET), num_warps=_DECODE_WARPS)
+    k_desc, v_desc, rows = _decode_tma(k_cache, v_cache)
+    return _split_kv(_WithDescriptors(_decode_sm90_kernel, k_desc, v_desc), q, k_cache, v_cache, rel_logits,
+                     seq_lens=seq_lens, window=window, num_splits=num_splits, out=out, **kw, **rows, G=G,
+                     N=max(8, triton.next_power_of_2(G)), BLOCK_N=DECODE_BLOCK_N, PAGE=k_cache.shape[1],
+                     HAS_WINDOW=window is not None, P_OFFSET=float(MAX_OFFSET), num_warps=_DECODE_WARPS)
 
 def decode_sm90(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_seqlens_q, softmax_scale, window=None,
                 v_scale=1.0, threshold=SAFE_RESCALE_THRESHOLD, num_splits=None, max_seqlen_k=None,
                 out=None) -> torch.Tensor:
-    """fp8 relative-bias split-KV decode on SM90 (Gluon: a warpgroup per split, e4m3 wgmma for K·Qᵀ, f16 wgmma for
-    Vᵀ·Pᵀ), one query per request: bf16 `[B, Hq, 128]`. Arguments as `rel_attention`'s trusted path (host floats;
+    """fp8 relative-bias split-KV decode on SM90 (Gluon: a warpgroup per split, K and V by TMA a tile ahead, e4m3
+    wgmma for K·Qᵀ, f16 wgmma for Vᵀ·Pᵀ), one query per request: bf16 `[B, Hq, 128]`. Arguments as `rel_attention`'s trusted path (host floats;
     the metadata is not read); `NotImplementedError` where `sm90_eligible` refuses. `num_splits` None:
     `decode_sm90_splits` of `max_seqlen_k` (read from `seq_lens`, one host sync, when None too)."""
     why = sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=1, out=out)

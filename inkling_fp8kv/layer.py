@@ -398,7 +398,7 @@ def _warmup_key(self: InklingAttention, num_tokens: int, num_reqs: int, max_seql
     g, fp8, dev = self.geom, self.kv.quantized, self.q_scale.device
     if max_seqlen_q == 1:
         name, _, splits = attention.decode_launch(num_reqs, g.num_heads, g.num_kv_heads, max_seqlen_k, fp8=fp8,
-                                                  window=g.window, device=dev)
+                                                  window=g.window, device=dev, block_size=self.block_size)
     else: name, splits = "", 1
     launch = store.prep_launch(g, num_tokens)
     cdt = str(self.kv.compute_dtype).removeprefix("torch.")
@@ -434,7 +434,8 @@ def _warmup_plan(self: InklingAttention, *, max_num_seqs: int, max_num_batched_t
     g, fp8, dev = self.geom, self.kv.quantized, self.q_scale.device
     # decode batches: every split count their lengths give
     for B in range(1, min(max_num_seqs, max_num_batched_tokens) + 1):
-        bn = attention.decode_launch(B, g.num_heads, g.num_kv_heads, 1, fp8=fp8, window=g.window, device=dev)[1]
+        bn = attention.decode_launch(B, g.num_heads, g.num_kv_heads, 1, fp8=fp8, window=g.window, device=dev,
+                                     block_size=self.block_size)[1]
         for s in range(1, attention.MAX_SPLITS + 1):
             mk = min((s - 1) * bn + 1, max_model_len)
             add(B, B, 1, mk)

@@ -130,16 +130,12 @@ def build_decode(page, window, G=8, Hkv=2, E=1024, B=2):
     "One build of the SM90 decode kernel (`_decode_sm90_kernel`, launched as `launch_decode_sm90` launches it)."
     import inkling_fp8kv.attention_sm90 as m
     _, kc, vc = alloc_kv_cache(4, page, Hkv, dtype=E4M3_DTYPE)
-    meta = dict(G=G, N=max(8, triton.next_power_of_2(G)), BLOCK_N=m.DECODE_BLOCK_N, PAGE=page,
+    k_desc, _, rows = m._decode_tma(kc, vc)          # K and V as 2-D TMA descriptors; BOX, keys a box
+    meta = dict(G=G, N=max(8, triton.next_power_of_2(G)), BLOCK_N=m.DECODE_BLOCK_N, PAGE=page, BOX=rows["BOX"],
                 HAS_WINDOW=window is not None, P_OFFSET=float(m.MAX_OFFSET))
     fn, names = m._decode_sm90_kernel, m._decode_sm90_kernel.arg_names
-    ptrs = dict(Q="*fp8e4nv", K="*fp8e4nv", V="*fp8e4nv", REL="*bf16", OPART="*fp32", LSE="*fp32", BT="*i32",
-                SEQ="*i32", CU="*i32")
-    if "k_desc" in names:       # a lab variant that reads K and V by TMA (tools/sm90_decode_lab.py): 2-D descriptors
-        k2 = m._rows_2d(kc)[0]
-        desc = TensorDescriptor(k2, list(k2.shape), list(k2.stride()), [min(page, m.DECODE_BLOCK_N), 128],
-                                m.gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
-        ptrs.update(k_desc=arg_type(desc), v_desc=arg_type(desc))
+    ptrs = dict(Q="*fp8e4nv", k_desc=arg_type(k_desc), v_desc=arg_type(k_desc), REL="*bf16", OPART="*fp32",
+                LSE="*fp32", BT="*i32", SEQ="*i32", CU="*i32")
     sig = {n: "constexpr" if n in meta else ptrs.get(n, "fp32" if n in ("sm_scale_log2", "threshold") else "i32")
            for n in names}
     # what Triton's launcher infers for these arguments: 16-byte aligned pointers, the strides of a cache like kc's

@@ -9,9 +9,10 @@ mma_v2 decode, which failed its checks and was dropped, and the wgmma decode tha
 in the repository's history; the kernel's CPU checks (its index logic in the interpreter, its sm_90a build) are 07c's.
 
   python tools/sm90_decode_lab.py --compile          any machine: the kernel compiled for sm_90a (tools/sm90_compile.py)
-  PYTHONPATH=$PWD python tools/sm90_decode_lab.py [--out DIR] [--budget S] [--waves 4,5] [--variant NAME]
+  PYTHONPATH=$PWD python tools/sm90_decode_lab.py [--out DIR] [--budget S] [--waves 4,5] [--variant NAME | --module F]
                                                      on an SM90 GPU: the checks, then the times (with --variant, of
-                                                     that edit of the kernel, recorded as "sm90 NAME": `VARIANTS`)
+                                                     that edit of the kernel, recorded as "sm90 NAME": `VARIANTS`;
+                                                     with --module, of that file's decode)
 -> sm90_decode_lab.json in --out, else $OUT, else a new temporary folder (a lab record: read, then kept in bench/notes).
 """
 import argparse, itertools, json, os, sys, tempfile, time
@@ -59,12 +60,13 @@ VARIANTS = {"lsum": lsum}
 LABEL = "sm90"      # the kernel's name in the record: "sm90 VARIANT" when a variant runs
 
 
-def use_variant(name: str):
-    "Make `rel_attention`'s SM90 decode run variant `name` of the kernel (the module's source with its edits)."
+def use_variant(name: str, module: Path | None = None):
+    """Make `rel_attention`'s SM90 decode run variant `name` of the kernel (the module's source with its edits), or
+    with `module`, the decode of that file (another version of `attention_sm90.py`, such as one from the history)."""
     import importlib.util, inspect
     import inkling_fp8kv.attention_sm90 as shipped
     path = Path(tempfile.mkdtemp()) / f"sm90_decode_{name}.py"
-    path.write_text(VARIANTS[name](inspect.getsource(shipped)))
+    path.write_text(Path(module).read_text() if module else VARIANTS[name](inspect.getsource(shipped)))
     spec = importlib.util.spec_from_file_location(f"inkling_fp8kv._sm90_decode_{name}", path)
     mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
     shipped._decode_sm90_kernel = mod._decode_sm90_kernel       # launch_decode_sm90 reads the globals at each call
@@ -151,8 +153,12 @@ def main(argv=None) -> int:
     ap.add_argument("--waves", type=lambda x: tuple(int(w) for w in x.split(",")), default=WAVES,
                     help="programs per SM to time, comma-separated (default %(default)s)")
     ap.add_argument("--variant", choices=sorted(VARIANTS), help="time this variant of the kernel instead")
+    ap.add_argument("--module", type=Path, help="time the decode of this attention_sm90.py instead (another version, "
+                    "e.g. `git show REV:inkling_fp8kv/attention_sm90.py`), recorded as 'sm90 STEM'")
     a = ap.parse_args(argv)
+    if a.variant and a.module: sys.exit("--variant and --module: one or the other")
     if a.variant: use_variant(a.variant)
+    if a.module: use_variant(a.module.stem, a.module)
     if a.compile:
         from sm90_compile import build_decode
         for page, window in itertools.product((64, 16), (None, 512)): print(json.dumps(build_decode(page, window)))

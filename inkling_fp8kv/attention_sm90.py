@@ -586,34 +586,45 @@ def _decode_box_row(BT, bt_off, key, kv_len, oob_row, row_blk, row_head, PAGE: g
 
 
 @gluon.jit
-def _decode_fetch(k_desc, v_desc, BT, bt_off, j0, kv_len, oob_row, row_blk, row_head, col_head, k_ring, v_ring, ready,
-                  i, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BOX: gl.constexpr):
-    # gluon-only: keys j0 … j0 + BLOCK_N − 1 of K and V by TMA into tile i's ring stage, BOX keys (of one page) a box;
-    # the stage's barrier completes when all their bytes have landed (a box past the view counts in full: zeros)
-    bar = ready.index(i % 2)
-    mbarrier.expect(bar, 2 * BLOCK_N * 128)
-    for sub in gl.static_range(BLOCK_N // BOX):
-        row = _decode_box_row(BT, bt_off, j0 + sub * BOX, kv_len, oob_row, row_blk, row_head, PAGE)
-        tma.async_copy_global_to_shared(k_desc, [row, col_head], bar, k_ring.index(i % 2).slice(sub * BOX, BOX))
-        tma.async_copy_global_to_shared(v_desc, [row, col_head], bar, v_ring.index(i % 2).slice(sub * BOX, BOX))
+def _decode_fetch(k_desc, v_desc, BT, bt_off, j0, pred, kv_len, oob_row, row_blk, row_head, col_head, k_ring, v_ring,
+                  ready, s, BLOCK_N: gl.constexpr, PAGE: gl.constexpr, BOX: gl.constexpr):
+    # gluon-only: keys j0 … j0 + BLOCK_N − 1 of K and V by TMA into ring stage s, BOX keys (of one page) a box, where
+    # `pred` holds; the stage's barrier completes when all their bytes have landed (a box past the view counts in
+    # full: zeros)
+    if pred:
+        mbarrier.expect(ready.index(s), 2 * BLOCK_N * 128)
+        for sub in gl.static_range(BLOCK_N // BOX):
+            row = _decode_box_row(BT, bt_off, j0 + sub * BOX, kv_len, oob_row, row_blk, row_head, PAGE)
+            tma.async_copy_global_to_shared(k_desc, [row, col_head], ready.index(s),
+                                            k_ring.index(s).slice(sub * BOX, BOX))
+            tma.async_copy_global_to_shared(v_desc, [row, col_head], ready.index(s),
+                                            v_ring.index(s).slice(sub * BOX, BOX))
 
 
 @gluon.jit
-def _decode_stage(k_ring, v_ring, ready, i, layout: gl.constexpr):
-    # gluon-only: tile i once its bytes have landed: its K where the ring holds it (the wgmma reads it there) and its V
-    # in registers, in `layout`
-    mbarrier.wait(ready.index(i % 2), (i // 2) & 1)
-    return k_ring.index(i % 2), v_ring.index(i % 2).load(layout)
+def _decode_stage(k_ring, v_ring, ready, t, layout: gl.constexpr):
+    # gluon-only: tile t once its bytes have landed in stage t % 2: its K where the ring holds it (the wgmma reads it
+    # there) and its V in registers, in `layout`
+    mbarrier.wait(ready.index(t % 2), (t // 2) & 1)
+    return k_ring.index(t % 2), v_ring.index(t % 2).load(layout)
 
 
 @gluon.jit
 def _decode_smem(q, N: gl.constexpr, BLOCK_N: gl.constexpr):
-    # gluon-only: Q's N rows in shared memory; the two-stage ring of K and V tiles as stored (e4m3) with a barrier a
-    # stage; the f16 V and Pᵀ tiles that the P.V wgmma reads
+    # gluon-only: Q's N rows in shared memory, and the f16 V and Pᵀ tiles that the P.V wgmma reads
     sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
     sh16: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     q_smem = gl.allocate_shared_memory(gl.float8e4nv, [N, 128], sh8)
     q_smem.store(q)
+    v_smem = gl.allocate_shared_memory(gl.float16, [BLOCK_N, 128], sh16)
+    p_smem = gl.allocate_shared_memory(gl.float16, [N, BLOCK_N], sh16)
+    return q_smem, v_smem, p_smem
+
+
+@gluon.jit
+def _decode_ring(BLOCK_N: gl.constexpr):
+    # gluon-only: the two-stage ring of K and V tiles as stored (e4m3), and a barrier a stage
+    sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
     k_ring = gl.allocate_shared_memory(gl.float8e4nv, [2, BLOCK_N, 128], sh8)
     v_ring = gl.allocate_shared_memory(gl.float8e4nv, [2, BLOCK_N, 128], sh8)
     ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -621,9 +632,14 @@ def _decode_smem(q, N: gl.constexpr, BLOCK_N: gl.constexpr):
         mbarrier.init(ready.index(s), count=1)
     fence_async_shared()
     _cta_barrier()
-    v_smem = gl.allocate_shared_memory(gl.float16, [BLOCK_N, 128], sh16)
-    p_smem = gl.allocate_shared_memory(gl.float16, [N, BLOCK_N], sh16)
-    return q_smem, k_ring, v_ring, ready, v_smem, p_smem
+    return k_ring, v_ring, ready
+
+
+@gluon.jit
+def _decode_ring_end(ready):
+    # gluon-only: the ring's barriers invalidated once its last tile is consumed
+    for s in gl.static_range(2):
+        mbarrier.invalidate(ready.index(s))
 
 
 @gluon.jit
@@ -634,15 +650,12 @@ def _decode_st(k_smem, q_smem, s_l: gl.constexpr, BLOCK_N: gl.constexpr, N: gl.c
 
 @gluon.jit
 def _decode_ot(v16, p16, acc, v_smem, p_smem):
-    # gluon-only: Oᵀ [128, N] += Vᵀ·Pᵀ on f16 wgmma, Vᵀ read transposed from V's [BLOCK_N, 128] tile (the barrier
-    # first: the last tile's wgmma read both buffers)
-    _cta_barrier()
+    # gluon-only: Oᵀ [128, N] += Vᵀ·Pᵀ on f16 wgmma, Vᵀ read transposed from V's [BLOCK_N, 128] tile
     v_smem.store(v16)
     p_smem.store(gl.permute(p16, [1, 0]))
     fence_async_shared()
     _cta_barrier()
     return warpgroup_mma(v_smem.permute((1, 0)), p_smem.permute((1, 0)), acc)
-
 
 # %% ../nbs/07c_attention_sm90.ipynb #d5c0a004
 @gluon.jit
@@ -667,6 +680,7 @@ def _decode_step(k_smem, v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end,
         l_i = l_i * alpha
     p8 = gl.minimum(gl.exp2(s - m_safe[None, :] + P_OFFSET), 448.0).to(gl.float8e4nv)
     l_i = l_i + gl.sum(p8.to(gl.float32), 0)          # the row sum of the e4m3 P that the product reads
+    _cta_barrier()                                    # the last tile's wgmma read the f16 V and Pᵀ tiles
     acc = _decode_ot(v.to(gl.float16), p8.to(gl.float16), acc, v_smem, p_smem)
     return acc, l_i, m_new
 
@@ -691,32 +705,31 @@ def _decode_sm90_kernel(Q, k_desc, v_desc, REL, OPART, LSE, BT, SEQ, CU,
     dq = gl.arange(0, 128, layout=gl.SliceLayout(0, ld))
     q = gl.load(Q + tok * stride_qt + (hkv * G + gq)[:, None] * stride_qh + dq[None, :], mask=(gq < G)[:, None],
                 other=0.0)                                                     # G heads in N rows, the rest zeros
-    q_smem, k_ring, v_ring, ready, v_smem, p_smem = _decode_smem(q, N, BLOCK_N)
+    q_smem, v_smem, p_smem = _decode_smem(q, N, BLOCK_N)
     g = gl.arange(0, N, layout=gl.SliceLayout(0, s_l))
     row_valid = g < G
     head = hkv * G + gl.where(row_valid, g, 0)
     rel_off = tok * stride_rt + head * stride_rh
     pos = kv_len - 1
     start, far_end, end = _decode_split_range(kv_len, E, W, num_splits, sp, BLOCK_N, HAS_WINDOW)   # 06a's split rule
+    m_i = gl.full([N], float("-inf"), gl.float32, gl.SliceLayout(0, s_l))
+    l_i = gl.zeros([N], gl.float32, gl.SliceLayout(0, s_l))
+    acc = gl.zeros([128, N], gl.float32, o_l)
+    k_ring, v_ring, ready = _decode_ring(BLOCK_N)
     n_tiles = gl.cdiv(end - start, BLOCK_N)
     n_far = (far_end - start) // BLOCK_N               # tiles 0 … n_far − 1: whole, unbiased, unmasked
     bt_off = b.to(gl.int64) * stride_btb
     rh = hkv * row_head
     ch = hkv * col_head
-    m_i = gl.full([N], float("-inf"), gl.float32, gl.SliceLayout(0, s_l))
-    l_i = gl.zeros([N], gl.float32, gl.SliceLayout(0, s_l))
-    acc = gl.zeros([128, N], gl.float32, o_l)
-    if n_tiles > 0:                                    # the ring runs one tile ahead of the compute
-        _decode_fetch(k_desc, v_desc, BT, bt_off, start, kv_len, oob_row, row_blk, rh, ch, k_ring, v_ring, ready, 0,
-                      BLOCK_N, PAGE, BOX)
-    for i in range(0, n_tiles):
-        j0 = start + i * BLOCK_N
-        _cta_barrier()                                 # every thread is done with tile i − 1, whose stage i + 1 takes
-        if i + 1 < n_tiles:
-            _decode_fetch(k_desc, v_desc, BT, bt_off, j0 + BLOCK_N, kv_len, oob_row, row_blk, rh, ch, k_ring, v_ring,
-                          ready, i + 1, BLOCK_N, PAGE, BOX)
-        k_smem, v = _decode_stage(k_ring, v_ring, ready, i, ld)
-        if i < n_far:
+    _decode_fetch(k_desc, v_desc, BT, bt_off, start, 0 < n_tiles, kv_len, oob_row, row_blk, rh, ch, k_ring, v_ring,
+                  ready, 0, BLOCK_N, PAGE, BOX)        # the ring runs one tile ahead of the compute
+    for t in range(0, n_tiles):
+        j0 = start + t * BLOCK_N
+        _cta_barrier()                                 # every thread is done with tile t − 1, whose stage t + 1 takes
+        _decode_fetch(k_desc, v_desc, BT, bt_off, j0 + BLOCK_N, t + 1 < n_tiles, kv_len, oob_row, row_blk, rh, ch,
+                      k_ring, v_ring, ready, (t + 1) % 2, BLOCK_N, PAGE, BOX)
+        k_smem, v = _decode_stage(k_ring, v_ring, ready, t, ld)
+        if t < n_far:
             acc, l_i, m_i = _decode_step(k_smem, v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end, pos, rel_off,
                                          row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False, HAS_WINDOW,
                                          P_OFFSET, s_l, o_l)
@@ -727,6 +740,7 @@ def _decode_sm90_kernel(Q, k_desc, v_desc, REL, OPART, LSE, BT, SEQ, CU,
             acc, l_i, m_i = _decode_step(k_smem, v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end, pos, rel_off,
                                          row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True, HAS_WINDOW,
                                          P_OFFSET, s_l, o_l)
+    _decode_ring_end(ready)
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
     lse = gl.where(l_i == 0.0, float("-inf"), m_i + gl.log2(l_safe) - P_OFFSET)   # log2-sum-exp in true units
     gl.store(LSE + b.to(gl.int64) * stride_lb + head * stride_lh + sp, lse, mask=row_valid)
@@ -735,7 +749,6 @@ def _decode_sm90_kernel(Q, k_desc, v_desc, REL, OPART, LSE, BT, SEQ, CU,
     d = gl.arange(0, 128, layout=gl.SliceLayout(1, o_l))
     ob = OPART + b.to(gl.int64) * stride_ob + sp * stride_os
     gl.store(ob + (hkv * G + gl.where(go < G, go, 0))[None, :] * stride_oh + d[:, None], o, mask=(go < G)[None, :])
-
 
 # %% ../nbs/07c_attention_sm90.ipynb #d5c0a006
 def decode_sm90_picked(num_heads: int, num_kv_heads: int, *, device, block_size: int = 16) -> bool:
@@ -767,7 +780,7 @@ def _decode_tma(k_cache, v_cache) -> tuple:
     return desc(_rows_2d(k_cache)[0]), desc(_rows_2d(v_cache)[0]), rows
 
 class _WithDescriptors:
-    "`kernel[grid](q, k_cache, v_cache, …)` as `_split_kv` calls it, run with K's and V's TMA descriptors in their place."
+    "`kernel[grid](q, k_cache, v_cache, …)` as `_split_kv` calls it, with K's and V's TMA descriptors in their place."
     def __init__(self, kernel, k_desc, v_desc): self.kernel, self.descs = kernel, (k_desc, v_desc)
     def __getitem__(self, grid):
         return lambda q, k_cache, v_cache, *args, **meta: self.kernel[grid](q, *self.descs, *args, **meta)
@@ -789,9 +802,9 @@ def decode_sm90(q, k_cache, v_cache, rel_logits, *, block_table, seq_lens, cu_se
                 v_scale=1.0, threshold=SAFE_RESCALE_THRESHOLD, num_splits=None, max_seqlen_k=None,
                 out=None) -> torch.Tensor:
     """fp8 relative-bias split-KV decode on SM90 (Gluon: a warpgroup per split, K and V by TMA a tile ahead, e4m3
-    wgmma for K·Qᵀ, f16 wgmma for Vᵀ·Pᵀ), one query per request: bf16 `[B, Hq, 128]`. Arguments as `rel_attention`'s trusted path (host floats;
-    the metadata is not read); `NotImplementedError` where `sm90_eligible` refuses. `num_splits` None:
-    `decode_sm90_splits` of `max_seqlen_k` (read from `seq_lens`, one host sync, when None too)."""
+    wgmma for K·Qᵀ, f16 wgmma for Vᵀ·Pᵀ), one query per request: bf16 `[B, Hq, 128]`. Arguments as `rel_attention`'s
+    trusted path (host floats; the metadata is not read); `NotImplementedError` where `sm90_eligible` refuses.
+    `num_splits` None: `decode_sm90_splits` of `max_seqlen_k` (read from `seq_lens`, one host sync, when None too)."""
     why = sm90_eligible(q, k_cache, v_cache, rel_logits, max_seqlen_q=1, out=out)
     if why is not None: raise NotImplementedError(f"decode_sm90 cannot run this call: {why}")
     _check_host_args(softmax_scale, v_scale, window, threshold)

@@ -50,10 +50,10 @@ def lsum(src: str) -> str:
     return _edit(src, end, "    l_i = gl.sum(l_i, 0)\n" + end)
 
 
-# gone from here (their source is in the repository at commit 489fb6d or before, their records in bench/notes): bt_ahead (the
-# next tile's block-table entries a tile ahead), ring2 / ring3 (a cp.async ring, with or without lsum), tma2 (K and V
-# by TMA through a two-stage ring: since folded, notebook 07c's kernel), tma3 / tma4 (deeper TMA rings: wrong outputs,
-# cause not found), tma2+lsum (no faster than tma2), prefetch and block128
+# gone from here (their source is in the repository at commit 489fb6d or before, their records in bench/notes):
+# bt_ahead (the next tile's block-table entries a tile ahead), ring2 / ring3 (a cp.async ring, with or without
+# lsum), tma2 (K and V by TMA through a two-stage ring: since folded, notebook 07c's kernel), tma3 / tma4 (deeper TMA
+# rings: wrong outputs, cause not found), tma2+lsum (no faster than tma2), prefetch and block128
 VARIANTS = {"lsum": lsum}
 
 

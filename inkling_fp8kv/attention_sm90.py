@@ -602,14 +602,6 @@ def _decode_fetch(k_desc, v_desc, BT, bt_off, j0, pred, kv_len, oob_row, row_blk
 
 
 @gluon.jit
-def _decode_stage(k_ring, v_ring, ready, t, layout: gl.constexpr):
-    # gluon-only: tile t once its bytes have landed in stage t % 2: its K where the ring holds it (the wgmma reads it
-    # there) and its V in registers, in `layout`
-    mbarrier.wait(ready.index(t % 2), (t // 2) & 1)
-    return k_ring.index(t % 2), v_ring.index(t % 2).load(layout)
-
-
-@gluon.jit
 def _decode_smem(q, N: gl.constexpr, BLOCK_N: gl.constexpr):
     # gluon-only: Q's N rows in shared memory, and the f16 V and Pᵀ tiles that the P.V wgmma reads
     sh8: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
@@ -728,18 +720,20 @@ def _decode_sm90_kernel(Q, k_desc, v_desc, REL, OPART, LSE, BT, SEQ, CU,
         _cta_barrier()                                 # every thread is done with tile t − 1, whose stage t + 1 takes
         _decode_fetch(k_desc, v_desc, BT, bt_off, j0 + BLOCK_N, t + 1 < n_tiles, kv_len, oob_row, row_blk, rh, ch,
                       k_ring, v_ring, ready, (t + 1) % 2, BLOCK_N, PAGE, BOX)
-        k_smem, v = _decode_stage(k_ring, v_ring, ready, t, ld)
+        s = t % 2
+        mbarrier.wait(ready.index(s), (t // 2) & 1)      # tile t's bytes have landed in stage s
+        v = v_ring.index(s).load(ld)                    # its V into registers; its K stays there for the wgmma
         if t < n_far:
-            acc, l_i, m_i = _decode_step(k_smem, v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end, pos, rel_off,
-                                         row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False, HAS_WINDOW,
-                                         P_OFFSET, s_l, o_l)
+            acc, l_i, m_i = _decode_step(k_ring.index(s), v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end, pos,
+                                         rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, False,
+                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
         else:
             if j0 + BLOCK_N > kv_len:      # the sequence's last tile: its last page's slots past the sequence hold no V
                 n = j0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
                 v = gl.where((n < kv_len)[:, None], v, gl.zeros_like(v))
-            acc, l_i, m_i = _decode_step(k_smem, v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end, pos, rel_off,
-                                         row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True, HAS_WINDOW,
-                                         P_OFFSET, s_l, o_l)
+            acc, l_i, m_i = _decode_step(k_ring.index(s), v, acc, l_i, m_i, q_smem, v_smem, p_smem, REL, j0, end, pos,
+                                         rel_off, row_valid, sm_scale_log2, threshold, E, W, BLOCK_N, N, True,
+                                         HAS_WINDOW, P_OFFSET, s_l, o_l)
     _decode_ring_end(ready)
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
     lse = gl.where(l_i == 0.0, float("-inf"), m_i + gl.log2(l_safe) - P_OFFSET)   # log2-sum-exp in true units

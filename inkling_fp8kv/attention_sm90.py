@@ -46,8 +46,8 @@ _BLOCK_M, _BLOCK_N, _STAGES, _NUM_WARPS, _CONSUMER_REGS, _MAXNREG = 128, 128, 3,
 _LOG2E = gl.constexpr(LOG2E)
 # the decode kernel's ("Decode" below): a 64-key tile is one warpgroup's wgmma M (4 warps), and a KV head's G query
 # heads are the N of one wgmma (8 or 16: G <= 16). DECODE_WAVES, programs per SM, is measured at five decode shapes
-# (notebook 15 tabulates bench/notes/sm90_decode_lab_*): 4 is what the SM's shared memory holds at the kernel's 51 KB
-# (its two-stage K/V ring), and with the ring 4 was faster than 3 at each shape on the H100
+# (notebook 15 tabulates bench/notes/sm90_decode_lab_*): 4 is what the SM's 228 KB of shared memory holds at the
+# kernel's 51 KB (its two-stage K/V ring); the lab timed the ring at 4 (sm90_decode_lab_h100_tma), not at fewer
 DECODE_BLOCK_N, _DECODE_WARPS, DECODE_MAX_G = 64, 4, 16
 DECODE_WAVES = 4
 

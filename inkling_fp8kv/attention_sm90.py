@@ -47,7 +47,7 @@ _LOG2E = gl.constexpr(LOG2E)
 # the decode kernel's ("Decode" below): a 64-key tile is one warpgroup's wgmma M (4 warps), and a KV head's G query
 # heads are the N of one wgmma (8 or 16: G <= 16). DECODE_WAVES, programs per SM, is measured at five decode shapes
 # (notebook 15 tabulates bench/notes/sm90_decode_lab_*): 4 is what the SM's 228 KB of shared memory holds at the
-# kernel's 51 KB (its two-stage K/V ring); the lab timed the ring at 4 (sm90_decode_lab_h100_tma), not at fewer
+# kernel's 51 KB (its two-stage K/V ring); the H200 timed 4 fastest at the targets' shapes (sm90_decode_lab_h200_tma)
 DECODE_BLOCK_N, _DECODE_WARPS, DECODE_MAX_G = 64, 4, 16
 DECODE_WAVES = 4
 

@@ -105,7 +105,7 @@ def _key_slots(p):
 
 def key_slots(src: str) -> str:
     src = edit(src, "    p8 = gl.convert_layout(p.to(gl.float8e4nv), cfg.p_layout)",
-               "    p8 = gl.convert_layout(_key_slots(p.to(gl.float8e4nv)), cfg.p_layout)", count=None)   # acc_late's too
+               "    p8 = gl.convert_layout(_key_slots(p.to(gl.float8e4nv)), cfg.p_layout)")
     src = edit(src, "\n@gluon.jit\ndef _tile(", KEY_SLOTS + "\n@gluon.jit\ndef _tile(")
     # the pre-pass gathers each slot's key (whole 128-byte rows) and stores the slots in order: the stores stay
     # vectorized (permuting the stores instead made them byte stores: 2K x 8K 6 % slower on the H100, 2026-12-06)
@@ -165,56 +165,11 @@ def no_exp2(src: str) -> str:
     return edit(src, "        p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score",
                 "        p = qk * qt.sm_scale_log2 - m_off[:, None]")
 
-# ---- the accumulator update deferred: a far tile's acc = acc·alpha + P.V runs in the next tile, between that tile's
-# Q.K^T issue and its wait, so its 64 FFMAs a thread overlap the MMA instead of following the P.V wait (the finished
-# P.V halves and alpha carried across the loop; the same FFMAs in the same order: bit-identical) ---------------------
-ACC_LATE = """
-@gluon.jit
-def _tile_late(cfg, keys, tiles, kv, qt, acc0, acc1, pv0, pv1, a_r, l_i, m_i, q_wg, j):
-    # a far tile; (pv0, pv1, a_r): the previous tile's finished P.V halves and its alpha, added here under the Q.K^T
-    kv.wait_ready(j)
-    s_acc = gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, cfg.s_layout)
-    qk = warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, is_async=True)
-    acc0 = acc0 * a_r[:, None] + pv0
-    acc1 = acc1 * a_r[:, None] + pv1
-    qk = warpgroup_mma_wait(0, deps=(qk,))
-    m_tile = gl.max(qk, 1) * qt.sm_scale_log2
-    m_new, m_safe, _ = lazy_rescale_max(m_i, m_tile, qt.threshold)
-    alpha = gl.exp2(m_i - m_safe)
-    m_off = m_safe - cfg.P_OFFSET
-    p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])
-    l_i = l_i * alpha + gl.sum(p, 1)
-    p8 = gl.convert_layout(p.to(gl.float8e4nv), cfg.p_layout)
-    a_r = gl.convert_layout(alpha, gl.SliceLayout(1, cfg.o_layout))
-    vt_j = tiles.vt_smem.index(j % cfg.STAGES)
-    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)
-    pv0 = warpgroup_mma(p8, vt_j.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)
-    pv1 = warpgroup_mma(p8, vt_j.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)
-    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))
-    kv.release(j)
-    return acc0, acc1, pv0, pv1, a_r, l_i, m_new
-"""
-
-def acc_late(src: str) -> str:
-    src = edit(src, "\n@gluon.jit\ndef _consumer(", ACC_LATE + "\n@gluon.jit\ndef _consumer(")
-    return edit(src,
-                "    for j in range(0, keys.n_far):\n"
-                "        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,\n"
-                "                                     row_valid, False)\n",
-                "    pv0 = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
-                "    pv1 = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
-                "    a_r = gl.full([cfg.M], 1.0, gl.float32, gl.SliceLayout(1, cfg.o_layout))\n"
-                "    for j in range(0, keys.n_far):\n"
-                "        acc0, acc1, pv0, pv1, a_r, l_i, m_i = _tile_late(cfg, keys, tiles, kv, qt, acc0, acc1, pv0, pv1,\n"
-                "                                                         a_r, l_i, m_i, q_wg, j)\n"
-                "    acc0 = acc0 * a_r[:, None] + pv0      # the last far tile's P.V\n"
-                "    acc1 = acc1 * a_r[:, None] + pv1\n")
-
-
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
 # Gone from here: regs240 and bias_rows (folded into 07c on 2026-12-06), bias_early (not exact, no faster), the
-# pre-pass in 32/64-key programs, pingpong_gemms' combinations and interior (unmasked interior near tiles: no faster
-# before the row-wise bias load, and on it 1 % faster at 8K x 64K only, slower elsewhere); their records in bench/notes
+# pre-pass in 32/64-key programs, pingpong_gemms' combinations, interior (unmasked interior near tiles: no faster
+# before the row-wise bias load, and on it 1 % faster at 8K x 64K only, slower elsewhere) and acc_late (a far tile's
+# accumulator update deferred under the next tile's Q.K^T: no faster); their records in bench/notes
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
                              "runs under the other's MMAs", True),
@@ -227,8 +182,6 @@ VARIANTS = {
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
-    "acc_late": ([acc_late], "a far tile's accumulator update deferred to the next tile, under its Q.K^T", True),
-    "acc_late+key_slots": ([acc_late, key_slots], "acc_late and key_slots together", False),
     "ablation: key_slots, no far exp2": ([key_slots, no_exp2], "key_slots with the far tiles' exp2 left out: wrong "
                                                                 "outputs, times the rest", None),
 }

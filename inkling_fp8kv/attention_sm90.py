@@ -149,7 +149,8 @@ class KVTiles:
     row_blk: _scalar           # view row = block · row_blk + row_head + offset; column col_head
     row_head: _scalar
     col_head: _scalar
-    vt_row: _scalar            # this request and KV head's first row in the Vᵀ scratch; its key j is column j
+    vt_row: _scalar            # this request and KV head's first row in the Vᵀ scratch; key j is in columns
+                               # j // 32 · 32 ... + 31, in `_key_slots`'s order
     k_smem: gl.shared_memory_descriptor     # [STAGES, BLOCK_N, 128]
     vt_smem: gl.shared_memory_descriptor    # [STAGES, 128, BLOCK_N]
 
@@ -212,8 +213,9 @@ def _issue(cfg, keys, tiles, kv, idx):
 @triton.jit
 def _vt_prepass_kernel(V, VT, BT, SEQ, CU, W, stride_vb, stride_vs, stride_vh, stride_btb, width,
                        HKV: tl.constexpr, PAGE: tl.constexpr, HAS_WINDOW: tl.constexpr, BLOCK: tl.constexpr):
-    # keys t·BLOCK ... of request b, KV head h: V [keys, 128] from the pages -> rows (b·HKV + h)·128 + d of VT; keys
-    # past the sequence are written as zeros (they reach P.V); the tiles before the window's first are skipped
+    # keys t·BLOCK ... of request b, KV head h: V [keys, 128] from the pages -> rows (b·HKV + h)·128 + d of VT, each
+    # 32-key chunk's keys in P's register order (`_key_slots`: column k0 + k holds key k0 + c(k)); keys past the
+    # sequence are written as zeros (they reach P.V); the tiles before the window's first are skipped
     t, b, h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     kv_len = tl.load(SEQ + b)
     k0 = t * BLOCK
@@ -221,14 +223,15 @@ def _vt_prepass_kernel(V, VT, BT, SEQ, CU, W, stride_vb, stride_vs, stride_vh, s
     if HAS_WINDOW:
         first = tl.maximum(kv_len - (tl.load(CU + b + 1) - tl.load(CU + b)) - W + 1, 0) // BLOCK * BLOCK
     if (k0 < kv_len) & (k0 + BLOCK > first):
-        keys = k0 + tl.arange(0, BLOCK)
+        slot = tl.arange(0, BLOCK)
+        keys = k0 + ((slot & ~14) | (((slot >> 1) & 1) << 3) | (((slot >> 2) & 3) << 1))   # c(k): 16h+8i+2q+b
         d = tl.arange(0, 128)
         ok = keys < kv_len
         blk = tl.load(BT + b.to(tl.int64) * stride_btb + keys // PAGE, mask=ok, other=0).to(tl.int64)
         v = tl.load(V + blk[:, None] * stride_vb + (keys % PAGE)[:, None] * stride_vs + h * stride_vh + d[None, :],
                     mask=ok[:, None], other=0.0)
         row = (b * HKV + h).to(tl.int64) * 128
-        tl.store(VT + (row + d[None, :]) * width + keys[:, None], v)      # keys < width: the grid spans its tiles
+        tl.store(VT + (row + d[None, :]) * width + (k0 + slot)[:, None], v)   # < width: the grid spans its tiles
 
 # the Vᵀ scratch's ceiling: a call whose scratch would be larger runs on the portable kernel (a bound on memory)
 VT_SCRATCH_MAX_BYTES = 256 << 20
@@ -273,6 +276,16 @@ def _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid):
 
 
 @gluon.jit
+def _key_slots(p):
+    # P[:, c] -> P[:, k(c)] within each 32-key chunk, k(16h + 8i + 2q + b) = 16h + 4q + 2i + b (the Vᵀ pre-pass's
+    # order): the slots a thread's accumulator registers hold are the slots of its P.V operand, so this is a renaming
+    M: gl.constexpr = p.shape[0]
+    N: gl.constexpr = p.shape[1]
+    x = gl.reshape(p, [M, N // 32, 2, 2, 4, 2])
+    return gl.reshape(gl.permute(x, [0, 1, 2, 4, 3, 5]), [M, N])
+
+
+@gluon.jit
 def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off, row_valid, MASKED: gl.constexpr):
     kv.wait_ready(j)
     s_acc = gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, cfg.s_layout)
@@ -298,7 +311,8 @@ def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
     else:
         p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score
     l_i = l_i * alpha + gl.sum(p, 1)          # the row sum of P before its e4m3 cast (notebook 06's "fp32" rule)
-    p8 = gl.convert_layout(p.to(gl.float8e4nv), cfg.p_layout)     # the cast saturates at 448 (the portable one clamps)
+    # the cast saturates at 448 (the portable one clamps); the keys in P's register order, the Vᵀ scratch's
+    p8 = gl.convert_layout(_key_slots(p.to(gl.float8e4nv)), cfg.p_layout)
     a_o = gl.convert_layout(alpha, gl.SliceLayout(1, cfg.o_layout))[:, None]
     vt_j = tiles.vt_smem.index(j % cfg.STAGES)
     # two-level accumulation: each tile's P.V (two halves of D) lands in fresh accumulators, added to the fp32 sums

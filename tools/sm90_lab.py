@@ -89,32 +89,6 @@ def pingpong_gemms(src: str) -> str:
                 "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the last P.V is issued and done: pass the turn\n"
                 "    # the epilogue: out = v_scale")
 
-# ---- P in place: P.V's A operand takes the keys in the order P's accumulator registers already hold them, and the
-# Vᵀ pre-pass writes each 32-key chunk's keys in that order, so the e4m3 P needs no shuffles into the operand layout.
-# Within a chunk, key c = 16h + 8i + 2q + b (an n8 block 2h + i, lane q = t % 4, b its pair) sits in k slot
-# 16h + 4q + 2i + b: the wgmma fragment's four bytes a thread holds are two n8 blocks' pairs -------------------------
-KEY_SLOTS = '''
-@gluon.jit
-def _key_slots(p):
-    # P[:, c] -> P[:, k(c)] within each 32-key chunk (the Vᵀ pre-pass's order): in registers, a renaming
-    M: gl.constexpr = p.shape[0]
-    N: gl.constexpr = p.shape[1]
-    x = gl.reshape(p, [M, N // 32, 2, 2, 4, 2])
-    return gl.reshape(gl.permute(x, [0, 1, 2, 4, 3, 5]), [M, N])
-'''
-
-def key_slots(src: str) -> str:
-    src = edit(src, "    p8 = gl.convert_layout(p.to(gl.float8e4nv), cfg.p_layout)",
-               "    p8 = gl.convert_layout(_key_slots(p.to(gl.float8e4nv)), cfg.p_layout)")
-    src = edit(src, "\n@gluon.jit\ndef _tile(", KEY_SLOTS + "\n@gluon.jit\ndef _tile(")
-    # the pre-pass gathers each slot's key (whole 128-byte rows) and stores the slots in order: the stores stay
-    # vectorized (permuting the stores instead made them byte stores: 2K x 8K 6 % slower on the H100, 2026-12-06)
-    src = edit(src, "        keys = k0 + tl.arange(0, BLOCK)\n",
-               "        slot = tl.arange(0, BLOCK)\n"
-               "        keys = k0 + ((slot & ~14) | (((slot >> 1) & 1) << 3) | (((slot >> 2) & 3) << 1))   # slot k: key c(k)\n")
-    return edit(src, "        tl.store(VT + (row + d[None, :]) * width + keys[:, None], v)",
-                "        tl.store(VT + (row + d[None, :]) * width + (k0 + slot)[:, None], v)")
-
 # ---- programmatic dependent launch: the prefill kernel is launched while the Vᵀ pre-pass runs (launch_pdl); its
 # prologue (Q into shared memory, the barriers, the key range) overlaps the pre-pass, and only the producer, the one
 # partition that reads the scratch, waits for it (griddepcontrol.wait). The pre-pass lets its dependent launch as it
@@ -166,10 +140,11 @@ def no_exp2(src: str) -> str:
                 "        p = qk * qt.sm_scale_log2 - m_off[:, None]")
 
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
-# Gone from here: regs240 and bias_rows (folded into 07c on 2026-12-06), bias_early (not exact, no faster), the
-# pre-pass in 32/64-key programs, pingpong_gemms' combinations, interior (unmasked interior near tiles: no faster
-# before the row-wise bias load, and on it 1 % faster at 8K x 64K only, slower elsewhere) and acc_late (a far tile's
-# accumulator update deferred under the next tile's Q.K^T: no faster); their records in bench/notes
+# Gone from here: regs240 and bias_rows (folded into 07c on 2026-12-06), key_slots (folded on 2026-12-07),
+# bias_early (not exact, no faster), the pre-pass in 32/64-key programs, pingpong_gemms' combinations, interior
+# (unmasked interior near tiles: no faster before the row-wise bias load, and on it 1 % faster at 8K x 64K only,
+# slower elsewhere) and acc_late (a far tile's accumulator update deferred under the next tile's Q.K^T: no faster);
+# their records in bench/notes
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
                              "runs under the other's MMAs", True),
@@ -177,13 +152,10 @@ VARIANTS = {
     "stages4": ([stages4], "four K/V^T stages", True),
     "pingpong_gemms": ([pingpong_gemms], "a warpgroup holds the tensor cores' turn from its P.V(j) to its "
                                          "Q.K^T(j + 1): one warpgroup's GEMMs run under the other's softmax", True),
-    "key_slots": ([key_slots], "P.V's k order is the one P's registers hold (the Vᵀ pre-pass permutes each 32-key "
-                               "chunk): no shuffles of P", False),
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
-    "ablation: key_slots, no far exp2": ([key_slots, no_exp2], "key_slots with the far tiles' exp2 left out: wrong "
-                                                                "outputs, times the rest", None),
+    "ablation: no far exp2": ([no_exp2], "the far tiles' exp2 left out: wrong outputs, times the rest", None),
 }
 
 def variant_source(name: str) -> str:

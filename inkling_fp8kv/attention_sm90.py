@@ -223,6 +223,8 @@ def _vt_prepass_kernel(V, VT, BT, SEQ, CU, W, stride_vb, stride_vs, stride_vh, s
     if HAS_WINDOW:
         first = tl.maximum(kv_len - (tl.load(CU + b + 1) - tl.load(CU + b)) - W + 1, 0) // BLOCK * BLOCK
     if (k0 < kv_len) & (k0 + BLOCK > first):
+        # each slot loads its key and the slots are stored in order, so the stores stay vectorized (permuting the
+        # stores instead turns them into byte stores)
         slot = tl.arange(0, BLOCK)
         keys = k0 + ((slot & ~14) | (((slot >> 1) & 1) << 3) | (((slot >> 2) & 3) << 1))   # c(k): 16h+8i+2q+b
         d = tl.arange(0, 128)

@@ -139,158 +139,13 @@ def no_exp2(src: str) -> str:
     return edit(src, "        p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score",
                 "        p = qk * qt.sm_scale_log2 - m_off[:, None]")
 
-# ---- FA3's intra-warpgroup overlap: tile j - 1's P.V is issued right behind tile j's Q.K^T and waited for only after
-# tile j's softmax, so the tensor cores run it while the warpgroup computes exp2. P(j - 1) waits in shared memory
-# (two 8 KB buffers a warpgroup; P.V reads its A operand from there): carried in registers across the loop, the e4m3
-# tensor is held a byte a register and re-packed each tile (783 instructions a far tile, 55 spills). Tile 0 issues a
-# zero P on its own stage; the last tile's P.V is flushed after the loops --------------------------------------------
-def pv_under(src: str) -> str:
-    src = edit(src, "def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off, row_valid, "
-               "MASKED: gl.constexpr):",
-               "def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, a_prev, p_wg, q_wg, j, pos, rel_off, "
-               "row_valid,\n          WG: gl.constexpr, MASKED: gl.constexpr):")
-    src = edit(src, "use_acc=False, is_async=True)\n    qk = warpgroup_mma_wait(0, deps=(qk,))\n",
-               "use_acc=False, is_async=True)\n"
-               "    vt_p = tiles.vt_smem.index(gl.maximum(j - 1, 0) % cfg.STAGES)\n"
-               "    p_prev = p_wg.index(2 * WG + (j + 1) % 2)\n"
-               "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
-               "    pv0 = warpgroup_mma(p_prev, vt_p.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, "
-               "is_async=True)\n"
-               "    pv1 = warpgroup_mma(p_prev, vt_p.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, "
-               "use_acc=False,\n                        is_async=True)\n"
-               "    qk = warpgroup_mma_wait(2, deps=(qk,))\n")
-    src = edit(src, "    alpha = gl.exp2(m_i - m_safe)\n    m_off",
-               "    alpha = gl.exp2(m_i - m_safe)\n"
-               "    pv0 = warpgroup_mma_wait(1, deps=(pv0,))      # the first half of P.V(j - 1), added before the exp2s\n"
-               "    acc0 = acc0 * a_prev + pv0\n    m_off")
-    src = edit(src, "    p8 = gl.convert_layout(_key_slots(p.to(gl.float8e4nv)), cfg.p_layout)\n",
-               "    p_wg.index(2 * WG + j % 2).store(gl.convert_layout(_key_slots(p.to(gl.float8e4nv)), cfg.p_layout))\n")
-    src = edit(src, "    vt_j = tiles.vt_smem.index(j % cfg.STAGES)\n"
-               "    # two-level accumulation: each tile's P.V (two halves of D) lands in fresh accumulators, added to the fp32 sums\n"
-               "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
-               "    pv0 = warpgroup_mma(p8, vt_j.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
-               "    pv1 = warpgroup_mma(p8, vt_j.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
-               "    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))      # at once: P's registers are an operand until both finish\n"
-               "    kv.release(j)                                          # the stage's K and Vᵀ are read\n"
-               "    acc0 = acc0 * a_o + pv0\n    acc1 = acc1 * a_o + pv1\n    return acc0, acc1, l_i, m_new\n",
-               "    fence_async_shared()\n"
-               "    pv1 = warpgroup_mma_wait(0, deps=(pv1,))\n"
-               "    _cta_barrier()                 # the warpgroup's P(j) is in shared memory for the next tile's P.V\n"
-               "    if j > 0:\n        kv.release(j - 1)\n"
-               "    acc1 = acc1 * a_prev + pv1\n"
-               "    return acc0, acc1, l_i, m_new, a_o\n")
-    src = edit(src, "def _consumer(cfg, keys, tiles, kv, qt, WG: gl.constexpr):",
-               "def _consumer(cfg, keys, tiles, kv, qt, p_smem, WG: gl.constexpr):")
-    src = edit(src, "    q_wg = qt.q_smem.index(WG)\n",
-               "    q_wg = qt.q_smem.index(WG)\n"
-               "    p_wg = p_smem\n"
-               "    a_o = gl.full([cfg.M], 1.0, gl.float32, gl.SliceLayout(1, cfg.o_layout))[:, None]\n")
-    for masked in ("False", "True"):
-        src = edit(src, "        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, "
-                   "pos, rel_off,\n                                     row_valid, " + masked + ")",
-                   "        acc0, acc1, l_i, m_i, a_o = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, a_o, p_wg, "
-                   "q_wg, j, pos,\n                                          rel_off, row_valid, WG, " + masked + ")")
-    src = edit(src, "    # the epilogue: out = v_scale",
-               "    n = keys.n_tiles\n"
-               "    vt_p = tiles.vt_smem.index((n - 1) % cfg.STAGES)      # the last tile's P.V\n"
-               "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
-               "    pv0 = warpgroup_mma(p_wg.index(2 * WG + (n + 1) % 2), vt_p.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, "
-               "use_acc=False,\n                        is_async=True)\n"
-               "    pv1 = warpgroup_mma(p_wg.index(2 * WG + (n + 1) % 2), vt_p.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), "
-               "o_acc,\n                        use_acc=False, is_async=True)\n"
-               "    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))\n"
-               "    kv.release(n - 1)\n"
-               "    acc0 = acc0 * a_o + pv0\n    acc1 = acc1 * a_o + pv1\n"
-               "    # the epilogue: out = v_scale")
-    # two P buffers a consumer, buffer 1 zeroed: tile 0's P.V reads it as P(-1)
-    src = edit(src, "    kv = _alloc_ring(STAGES)",
-               "    p_smem = gl.allocate_shared_memory(gl.float8e4nv, [4, BLOCK_M // 2, BLOCK_N], smem_layout)\n"
-               "    zl: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [num_warps, 1], [1, 0])\n"
-               "    for w in gl.static_range(2):\n"
-               "        p_smem.index(2 * w + 1).store(gl.zeros([BLOCK_M // 2, BLOCK_N], gl.float32, zl).to(gl.float8e4nv))\n"
-               "    kv = _alloc_ring(STAGES)")
-    for wg in (0, 1):
-        src = edit(src, f"(_consumer, (cfg, keys, tiles, kv, qt, {wg}))", f"(_consumer, (cfg, keys, tiles, kv, qt, p_smem, {wg}))")
-    return src
-
-# ---- diagnosis of pv_under: P(j - 1) carried in registers (the e4m3 tensor a byte a register across the loop) -----
-def pv_regs(src: str) -> str:
-    src = edit(src, "def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off, row_valid, "
-               "MASKED: gl.constexpr):",
-               "def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, p_prev, a_prev, q_wg, j, pos, rel_off, "
-               "row_valid,\n          MASKED: gl.constexpr):")
-    src = edit(src, "use_acc=False, is_async=True)\n    qk = warpgroup_mma_wait(0, deps=(qk,))\n",
-               "use_acc=False, is_async=True)\n"
-               "    vt_p = tiles.vt_smem.index(gl.maximum(j - 1, 0) % cfg.STAGES)\n"
-               "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
-               "    pv0 = warpgroup_mma(p_prev, vt_p.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, "
-               "is_async=True)\n"
-               "    pv1 = warpgroup_mma(p_prev, vt_p.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, "
-               "use_acc=False,\n                        is_async=True)\n"
-               "    qk = warpgroup_mma_wait(2, deps=(qk,))\n")
-    src = edit(src, "    vt_j = tiles.vt_smem.index(j % cfg.STAGES)\n"
-               "    # two-level accumulation: each tile's P.V (two halves of D) lands in fresh accumulators, added to the fp32 sums\n"
-               "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
-               "    pv0 = warpgroup_mma(p8, vt_j.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
-               "    pv1 = warpgroup_mma(p8, vt_j.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
-               "    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))      # at once: P's registers are an operand until both finish\n"
-               "    kv.release(j)                                          # the stage's K and Vᵀ are read\n"
-               "    acc0 = acc0 * a_o + pv0\n    acc1 = acc1 * a_o + pv1\n    return acc0, acc1, l_i, m_new\n",
-               "    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))\n"
-               "    if j > 0:\n        kv.release(j - 1)\n"
-               "    acc0 = acc0 * a_prev + pv0\n    acc1 = acc1 * a_prev + pv1\n"
-               "    return acc0, acc1, l_i, m_new, p8, a_o\n")
-    src = edit(src, "    q_wg = qt.q_smem.index(WG)\n",
-               "    q_wg = qt.q_smem.index(WG)\n"
-               "    p8 = gl.convert_layout(gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, cfg.s_layout).to(gl.float8e4nv), "
-               "cfg.p_layout)\n"
-               "    a_o = gl.full([cfg.M], 1.0, gl.float32, gl.SliceLayout(1, cfg.o_layout))[:, None]\n")
-    for masked in ("False", "True"):
-        src = edit(src, "        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, "
-                   "pos, rel_off,\n                                     row_valid, " + masked + ")",
-                   "        acc0, acc1, l_i, m_i, p8, a_o = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, p8, a_o, "
-                   "q_wg, j, pos,\n                                              rel_off, row_valid, " + masked + ")")
-    return edit(src, "    # the epilogue: out = v_scale",
-                "    vt_p = tiles.vt_smem.index((keys.n_tiles - 1) % cfg.STAGES)      # the last tile's P.V\n"
-                "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
-                "    pv0 = warpgroup_mma(p8, vt_p.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, "
-                "is_async=True)\n"
-                "    pv1 = warpgroup_mma(p8, vt_p.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, "
-                "is_async=True)\n"
-                "    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))\n"
-                "    kv.release(keys.n_tiles - 1)\n"
-                "    acc0 = acc0 * a_o + pv0\n    acc1 = acc1 * a_o + pv1\n"
-                "    # the epilogue: out = v_scale")
-
-# ---- diagnosis of pv_under: the same shared-memory hand-off of P, with P.V(j - 1) waited for as soon as it is issued
-# (no overlap): what the hand-off costs by itself ----------------------------------------------------------------
-def pv_serial(src: str) -> str:
-    src = pv_under(src)
-    return edit(src, "    qk = warpgroup_mma_wait(2, deps=(qk,))\n",
-                "    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))\n    qk = warpgroup_mma_wait(0, deps=(qk,))\n")
-
-# ---- diagnosis of pv_under: only P.V(j - 1)'s first half of D under tile j's softmax; the second half is issued and
-# waited for after it (half the overlap, 32 fewer registers in flight) ---------------------------------------------
-def pv_half(src: str) -> str:
-    src = pv_under(src)
-    src = edit(src, "    pv1 = warpgroup_mma(p_prev, vt_p.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, "
-               "use_acc=False,\n                        is_async=True)\n    qk = warpgroup_mma_wait(2, deps=(qk,))\n",
-               "    qk = warpgroup_mma_wait(1, deps=(qk,))\n")
-    src = edit(src, "    pv0 = warpgroup_mma_wait(1, deps=(pv0,))      # the first half of P.V(j - 1), added before the exp2s\n"
-               "    acc0 = acc0 * a_prev + pv0\n", "")
-    return edit(src, "    pv1 = warpgroup_mma_wait(0, deps=(pv1,))\n",
-                "    pv0 = warpgroup_mma_wait(0, deps=(pv0,))\n"
-                "    acc0 = acc0 * a_prev + pv0\n"
-                "    pv1 = warpgroup_mma(p_prev, vt_p.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False,\n"
-                "                        is_async=True)\n"
-                "    pv1 = warpgroup_mma_wait(0, deps=(pv1,))\n")
-
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
 # Gone from here: regs240 and bias_rows (folded into 07c on 2026-12-06), key_slots (folded on 2026-12-07),
 # bias_early (not exact, no faster), the pre-pass in 32/64-key programs, pingpong_gemms' combinations, interior
 # (unmasked interior near tiles: no faster before the row-wise bias load, and on it 1 % faster at 8K x 64K only,
 # slower elsewhere), acc_late (a far tile's accumulator update deferred under the next tile's Q.K^T: no faster) and
-# pv_under (P.V(j - 1) under tile j's softmax, P through shared memory: 46-73 % slower, spills; commit 9c0957c);
+# pv_under (P.V(j - 1) under tile j's softmax, P through shared memory: 46-73 % slower, spills; commit 9c0957c; its
+# diagnosis pv_half, pv_regs and pv_serial in commit cc5233f);
 # their records in bench/notes
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
@@ -302,11 +157,6 @@ VARIANTS = {
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
-    "pv_under": ([pv_under], "tile j - 1's P.V issued behind tile j's Q.K^T and waited for after tile j's softmax, "
-                             "P through shared memory (FA3's intra-warpgroup overlap)", True),
-    "pv_regs": ([pv_regs], "pv_under with P(j - 1) carried in registers", True),
-    "pv_serial": ([pv_serial], "pv_under's shared-memory hand-off of P with no overlap (P.V waited for at once)", True),
-    "pv_half": ([pv_half], "pv_under with only P.V(j - 1)'s first half under the softmax", True),
     "ablation: no far exp2": ([no_exp2], "the far tiles' exp2 left out: wrong outputs, times the rest", None),
 }
 

@@ -139,55 +139,14 @@ def no_exp2(src: str) -> str:
     return edit(src, "        p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score",
                 "        p = qk * qt.sm_scale_log2 - m_off[:, None]")
 
-# ---- the far tiles' exp2 shared between the MUFU and the FMA pipe (FA4's route on Blackwell): a half or a quarter
-# of the scores take 2**x = 2**j · 2**f, j = rint(x) by the 1.5 · 2**23 rounding trick, 2**f on [-1/2, 1/2] by a
-# degree-3 polynomial (relative error 7.5e-5, under e4m3's 2**-4 rounding step), j added to the exponent bits.
-# The ablation without exp2 read 14 % faster on the H200: the MUFU's share. Not bit-identical (P's fp32 values differ
-# by up to 7.5e-5 relative), so checked against the portable kernel's distance ----------------------------------------
-EXP2_MIX = """
-@gluon.jit
-def _exp2_poly(x):
-    x = gl.maximum(x, -125.0)                 # 2**-125 is still a normal float: the exponent add cannot wrap
-    t = x + 12582912.0                        # 1.5 * 2**23: t's low mantissa bits hold rint(x)
-    f = x - (t - 12582912.0)
-    p = ((0.0551716610789299 * f + 0.2426111400127411) * f + 0.6932609677314758) * f + 0.9999280571937561
-    return (p.to(gl.int32, bitcast=True) + (t.to(gl.int32, bitcast=True) << 23)).to(gl.float32, bitcast=True)
-
-
-@gluon.jit
-def _exp2_mix(x, QUARTER: gl.constexpr):
-    M: gl.constexpr = x.shape[0]
-    N: gl.constexpr = x.shape[1]
-    a, b = gl.split(gl.reshape(x, [M, N // 2, 2]))            # even and odd keys (a thread's register pairs)
-    if QUARTER:
-        b0, b1 = gl.split(gl.permute(gl.reshape(b, [M, N // 16, 2, 4]), [0, 1, 3, 2]))
-        b = gl.reshape(gl.permute(gl.join(gl.exp2(b0), _exp2_poly(gl.convert_layout(b1, b0.type.layout))), [0, 1, 3, 2]),
-                       [M, N // 2])
-        b = gl.convert_layout(b, a.type.layout)                # the same layout, renamed
-    else:
-        b = _exp2_poly(b)
-    return gl.convert_layout(gl.reshape(gl.join(gl.exp2(a), b), [M, N]), x.type.layout)   # the same layout, renamed
-
-"""
-
-def _exp_mix(src: str, quarter: bool) -> str:
-    src = edit(src, "\n@gluon.jit\ndef _tile(", EXP2_MIX + "\n@gluon.jit\ndef _tile(")
-    return edit(src, "        p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score",
-                f"        p = _exp2_mix(qk * qt.sm_scale_log2 - m_off[:, None], {quarter})")
-
-def exp_poly50(src: str) -> str:
-    return _exp_mix(src, False)
-
-def exp_poly25(src: str) -> str:
-    return _exp_mix(src, True)
-
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
 # Gone from here: regs240 and bias_rows (folded into 07c on 2026-12-06), key_slots (folded on 2026-12-07),
 # bias_early (not exact, no faster), the pre-pass in 32/64-key programs, pingpong_gemms' combinations, interior
 # (unmasked interior near tiles: no faster before the row-wise bias load, and on it 1 % faster at 8K x 64K only,
 # slower elsewhere), acc_late (a far tile's accumulator update deferred under the next tile's Q.K^T: no faster) and
 # pv_under (P.V(j - 1) under tile j's softmax, P through shared memory: 46-73 % slower, spills; commit 9c0957c; its
-# diagnosis pv_half, pv_regs and pv_serial in commit cc5233f);
+# diagnosis pv_half, pv_regs and pv_serial in commit cc5233f), exp_poly25/50 (a share of the far exp2 on the FMA
+# pipe: slower; commit 79e3995);
 # their records in bench/notes
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
@@ -199,8 +158,6 @@ VARIANTS = {
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
-    "exp_poly25": ([exp_poly25], "a quarter of the far tiles' exp2 on the FMA pipe (a degree-3 polynomial)", False),
-    "exp_poly50": ([exp_poly50], "half of the far tiles' exp2 on the FMA pipe (a degree-3 polynomial)", False),
     "ablation: no far exp2": ([no_exp2], "the far tiles' exp2 left out: wrong outputs, times the rest", None),
 }
 

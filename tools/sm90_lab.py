@@ -139,6 +139,51 @@ def no_exp2(src: str) -> str:
     return edit(src, "        p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score",
                 "        p = qk * qt.sm_scale_log2 - m_off[:, None]")
 
+# ---- the row max and row sum of a tile as a tree: Triton reduces a thread's 32 keys of a row in one chain of 31
+# dependent FMNMX (FADD), two rows interleaved, ~4 cycles each, while the other warpgroup may be waiting on its own
+# MMAs; halving the key axis along the register-held column bits (64, 32, 16, 8 keys) with elementwise ops gives
+# chains of 4, then the usual reduction of 8 (a register pair and 4 lanes). The max is exact in any order; the sum's
+# order changes (not bit-identical) -----------------------------------------------------------------------------
+TREE = """
+@gluon.jit
+def _halve(x, SUM: gl.constexpr):
+    M: gl.constexpr = x.shape[0]
+    N: gl.constexpr = x.shape[1]
+    a, b = gl.split(gl.permute(gl.reshape(x, [M, 2, N // 2]), [0, 2, 1]))     # the top column bit: registers
+    if SUM:
+        r = a + b
+    else:
+        r = gl.maximum(a, b)
+    return r
+
+
+@gluon.jit
+def _tree_max(x):
+    r = gl.max(_halve(_halve(_halve(_halve(x, False), False), False), False), 1)
+    return gl.convert_layout(r, gl.SliceLayout(1, x.type.layout))
+
+
+@gluon.jit
+def _tree_sum(x):
+    r = gl.sum(_halve(_halve(_halve(_halve(x, True), True), True), True), 1)
+    return gl.convert_layout(r, gl.SliceLayout(1, x.type.layout))
+
+"""
+
+def _tree(src: str) -> str:
+    return edit(src, "\n@gluon.jit\ndef _tile(", TREE + "\n@gluon.jit\ndef _tile(")
+
+def tree_max(src: str) -> str:
+    src = edit(_tree(src), "        m_tile = gl.max(s, 1)\n", "        m_tile = _tree_max(s)\n")
+    return edit(src, "        m_tile = gl.max(qk, 1) * qt.sm_scale_log2", "        m_tile = _tree_max(qk) * qt.sm_scale_log2")
+
+def tree_sum(src: str) -> str:
+    return edit(_tree(src), "    l_i = l_i * alpha + gl.sum(p, 1)", "    l_i = l_i * alpha + _tree_sum(p)")
+
+def tree_both(src: str) -> str:
+    src = tree_max(src)
+    return edit(src, "    l_i = l_i * alpha + gl.sum(p, 1)", "    l_i = l_i * alpha + _tree_sum(p)")
+
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
 # Gone from here: regs240 and bias_rows (folded into 07c on 2026-12-06), key_slots (folded on 2026-12-07),
 # bias_early (not exact, no faster), the pre-pass in 32/64-key programs, pingpong_gemms' combinations, interior
@@ -158,6 +203,9 @@ VARIANTS = {
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
+    "tree_max": ([tree_max], "each tile's row max as a tree of independent FMNMX (depth 4 + 3) instead of a chain of 31", True),
+    "tree_sum": ([tree_sum], "each tile's row sum as a tree of independent FADD (not bit-identical: the order changes)", False),
+    "tree_both": ([tree_both], "tree_max and tree_sum", False),
     "ablation: no far exp2": ([no_exp2], "the far tiles' exp2 left out: wrong outputs, times the rest", None),
 }
 

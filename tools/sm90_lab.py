@@ -139,59 +139,32 @@ def no_exp2(src: str) -> str:
     return edit(src, "        p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score",
                 "        p = qk * qt.sm_scale_log2 - m_off[:, None]")
 
-# ---- the row max and row sum of a tile as a tree: Triton reduces a thread's 32 keys of a row in one chain of 31
-# dependent FMNMX (FADD), two rows interleaved, ~4 cycles each, while the other warpgroup may be waiting on its own
-# MMAs; halving the key axis along the register-held column bits (64, 32, 16, 8 keys) with elementwise ops gives
-# chains of 4, then the usual reduction of 8 (a register pair and 4 lanes). The max is exact in any order; the sum's
-# order changes (not bit-identical) -----------------------------------------------------------------------------
-TREE = """
-@gluon.jit
-def _halve(x, SUM: gl.constexpr):
-    M: gl.constexpr = x.shape[0]
-    N: gl.constexpr = x.shape[1]
-    a, b = gl.split(gl.permute(gl.reshape(x, [M, 2, N // 2]), [0, 2, 1]))     # the top column bit: registers
-    if SUM:
-        r = a + b
-    else:
-        r = gl.maximum(a, b)
-    return r
-
-
-@gluon.jit
-def _tree_max(x):
-    r = gl.max(_halve(_halve(_halve(_halve(x, False), False), False), False), 1)
-    return gl.convert_layout(r, gl.SliceLayout(1, x.type.layout))
-
-
-@gluon.jit
-def _tree_sum(x):
-    r = gl.sum(_halve(_halve(_halve(_halve(x, True), True), True), True), 1)
-    return gl.convert_layout(r, gl.SliceLayout(1, x.type.layout))
-
-"""
-
-def _tree(src: str) -> str:
-    return edit(src, "\n@gluon.jit\ndef _tile(", TREE + "\n@gluon.jit\ndef _tile(")
-
-def tree_max(src: str) -> str:
-    src = edit(_tree(src), "        m_tile = gl.max(s, 1)\n", "        m_tile = _tree_max(s)\n")
-    return edit(src, "        m_tile = gl.max(qk, 1) * qt.sm_scale_log2", "        m_tile = _tree_max(qk) * qt.sm_scale_log2")
-
-def tree_sum(src: str) -> str:
-    return edit(_tree(src), "    l_i = l_i * alpha + gl.sum(p, 1)", "    l_i = l_i * alpha + _tree_sum(p)")
-
-def tree_both(src: str) -> str:
-    src = tree_max(src)
-    return edit(src, "    l_i = l_i * alpha + gl.sum(p, 1)", "    l_i = l_i * alpha + _tree_sum(p)")
+# ---- P.V as one m64n128k32 wgmma per k-step instead of two m64n64k32 halves of D: the A operand (P) is read once per
+# k-step, not twice, and the tensor core runs the wider N its peak assumes; the result is split into the halves the
+# accumulators keep (the top column bit of the accumulator layout is a register bit: a renaming) -------------------
+def pv_full(src: str) -> str:
+    return edit(src,
+        "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
+        "    pv0 = warpgroup_mma(p8, vt_j.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
+        "    pv1 = warpgroup_mma(p8, vt_j.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
+        "    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))      # at once: P's registers are an operand until both finish\n",
+        "    o_acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)\n"
+        "    pa = gl.convert_layout(p8, gl.DotOperandLayout(operand_index=0, parent=cfg.s_layout, k_width=4))\n"
+        "    pv = warpgroup_mma(pa, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
+        "    pv = warpgroup_mma_wait(0, deps=(pv,))\n"
+        "    pv0, pv1 = gl.split(gl.permute(gl.reshape(pv, [cfg.M, 2, cfg.HALF]), [0, 2, 1]))\n"
+        "    pv0 = gl.convert_layout(pv0, cfg.o_layout)\n"
+        "    pv1 = gl.convert_layout(pv1, cfg.o_layout)\n")
 
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
 # Gone from here: regs240 and bias_rows (folded into 07c on 2026-12-06), key_slots (folded on 2026-12-07),
 # bias_early (not exact, no faster), the pre-pass in 32/64-key programs, pingpong_gemms' combinations, interior
 # (unmasked interior near tiles: no faster before the row-wise bias load, and on it 1 % faster at 8K x 64K only,
-# slower elsewhere), acc_late (a far tile's accumulator update deferred under the next tile's Q.K^T: no faster) and
+# slower elsewhere), acc_late (a far tile's accumulator update deferred under the next tile's Q.K^T: no faster),
 # pv_under (P.V(j - 1) under tile j's softmax, P through shared memory: 46-73 % slower, spills; commit 9c0957c; its
 # diagnosis pv_half, pv_regs and pv_serial in commit cc5233f), exp_poly25/50 (a share of the far exp2 on the FMA
-# pipe: slower; commit 79e3995);
+# pipe: slower; commit 79e3995) and tree_max/tree_sum/tree_both (a tile's row max and sum as trees: no faster;
+# commit a50fd2b);
 # their records in bench/notes
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
@@ -203,9 +176,7 @@ VARIANTS = {
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
-    "tree_max": ([tree_max], "each tile's row max as a tree of independent FMNMX (depth 4 + 3) instead of a chain of 31", True),
-    "tree_sum": ([tree_sum], "each tile's row sum as a tree of independent FADD (not bit-identical: the order changes)", False),
-    "tree_both": ([tree_both], "tree_max and tree_sum", False),
+    "pv_full": ([pv_full], "P.V as one N = 128 wgmma per k-step, not two N = 64 halves of D", True),
     "ablation: no far exp2": ([no_exp2], "the far tiles' exp2 left out: wrong outputs, times the rest", None),
 }
 

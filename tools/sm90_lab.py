@@ -156,6 +156,33 @@ def pv_full(src: str) -> str:
         "    pv0 = gl.convert_layout(pv0, cfg.o_layout)\n"
         "    pv1 = gl.convert_layout(pv1, cfg.o_layout)\n")
 
+# ---- pv_full with the accumulator as one [64, 128] tensor in Q.K^T's layout (so alpha needs no layout change), split
+# into the halves of D only for the epilogue's stores (a [64, 128] tile of int64 pointers would spill) --------------
+def pv_one(src: str) -> str:
+    src = edit(src, "parent=self.o_layout.value, k_width=4))", "parent=self.s_layout.value, k_width=4))")
+    src = edit(src, "def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i,", "def _tile(cfg, keys, tiles, kv, qt, acc, l_i,")
+    src = edit(src, "    a_o = gl.convert_layout(alpha, gl.SliceLayout(1, cfg.o_layout))[:, None]\n", "")
+    src = edit(src,
+        "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
+        "    pv0 = warpgroup_mma(p8, vt_j.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
+        "    pv1 = warpgroup_mma(p8, vt_j.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
+        "    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))      # at once: P's registers are an operand until both finish\n",
+        "    o_acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)\n"
+        "    pv = warpgroup_mma(p8, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
+        "    pv = warpgroup_mma_wait(0, deps=(pv,))\n")
+    src = edit(src, "    acc0 = acc0 * a_o + pv0\n    acc1 = acc1 * a_o + pv1\n    return acc0, acc1, l_i, m_new\n",
+               "    acc = acc * alpha[:, None] + pv\n    return acc, l_i, m_new\n")
+    src = edit(src, "    acc0 = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
+               "    acc1 = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n",
+               "    acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)\n")
+    src = edit(src, "        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i,",
+               "        acc, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc, l_i,", count=2)
+    return edit(src, "    # the epilogue: out = v_scale",
+                "    acc0, acc1 = gl.split(gl.permute(gl.reshape(acc, [cfg.M, 2, cfg.HALF]), [0, 2, 1]))\n"
+                "    acc0 = gl.convert_layout(acc0, cfg.o_layout)\n"
+                "    acc1 = gl.convert_layout(acc1, cfg.o_layout)\n"
+                "    # the epilogue: out = v_scale")
+
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
 # Gone from here: regs240 and bias_rows (folded into 07c on 2026-12-06), key_slots (folded on 2026-12-07),
 # bias_early (not exact, no faster), the pre-pass in 32/64-key programs, pingpong_gemms' combinations, interior
@@ -177,6 +204,7 @@ VARIANTS = {
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
     "pv_full": ([pv_full], "P.V as one N = 128 wgmma per k-step, not two N = 64 halves of D", True),
+    "pv_one": ([pv_one], "pv_full with the accumulator as one [64, 128] tensor (no halves of D)", True),
     "ablation: no far exp2": ([no_exp2], "the far tiles' exp2 left out: wrong outputs, times the rest", None),
 }
 

@@ -63,10 +63,10 @@ class Sm90Config:
     HAS_WINDOW: gl.constexpr
     P_OFFSET: gl.constexpr      # P is pre-scaled by 2**P_OFFSET before its e4m3 cast
     M: gl.constexpr             # rows per consumer warpgroup: 64, one wgmma M
-    HALF: gl.constexpr          # P.V runs in two halves of D = 128
+    HALF: gl.constexpr          # the fp32 sums hold D = 128 as two halves of 64 columns
     s_layout: gl.constexpr      # Q.K^T's accumulator [M, BLOCK_N]
-    o_layout: gl.constexpr      # a P.V half's accumulator [M, HALF]
-    p_layout: gl.constexpr      # P as the register A operand of the P.V wgmma
+    o_layout: gl.constexpr      # a half of the fp32 sums [M, HALF] (its epilogue stores 64 columns a row)
+    p_layout: gl.constexpr      # P as the register A operand of the P.V wgmma (N = 128: s_layout's shape)
 
     @gluon.constexpr_function
     def __init__(self, G, BLOCK_N, PAGE, BOX, STAGES, HAS_WINDOW, P_OFFSET):
@@ -76,7 +76,7 @@ class Sm90Config:
         mma = lambda n: gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 32])
         self.s_layout = gl.constexpr(mma(BLOCK_N))
         self.o_layout = gl.constexpr(mma(64))
-        self.p_layout = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=self.o_layout.value, k_width=4))
+        self.p_layout = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=self.s_layout.value, k_width=4))
 
 # %% ../nbs/07c_attention_sm90.ipynb #35b76695
 _scalar = gl.tensor | gl.constexpr if GLUON_SM90 else object   # an int argument equal to 1 arrives as a constexpr
@@ -317,11 +317,14 @@ def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
     p8 = gl.convert_layout(_key_slots(p.to(gl.float8e4nv)), cfg.p_layout)
     a_o = gl.convert_layout(alpha, gl.SliceLayout(1, cfg.o_layout))[:, None]
     vt_j = tiles.vt_smem.index(j % cfg.STAGES)
-    # two-level accumulation: each tile's P.V (two halves of D) lands in fresh accumulators, added to the fp32 sums
-    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)
-    pv0 = warpgroup_mma(p8, vt_j.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)
-    pv1 = warpgroup_mma(p8, vt_j.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)
-    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))      # at once: P's registers are an operand until both finish
+    # two-level accumulation: each tile's P.V, one wgmma of N = D = 128, lands in a fresh accumulator; its halves of D
+    # (the top column bit is a register bit: the split renames registers) are added to the fp32 sums
+    o_acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)
+    pv = warpgroup_mma(p8, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)
+    pv = warpgroup_mma_wait(0, deps=(pv,))
+    pv0, pv1 = gl.split(gl.permute(gl.reshape(pv, [cfg.M, 2, cfg.HALF]), [0, 2, 1]))
+    pv0 = gl.convert_layout(pv0, cfg.o_layout)
+    pv1 = gl.convert_layout(pv1, cfg.o_layout)
     kv.release(j)                                          # the stage's K and Vᵀ are read
     acc0 = acc0 * a_o + pv0
     acc1 = acc1 * a_o + pv1

@@ -62,17 +62,18 @@ def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8, sass_out=False, kern
     mma = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.(\w+)\.(\w+)\.(\w+)", ptx)
     res, sass = cuobjdump(k, "-res-usage"), cuobjdump(k, "-sass")
     use = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", res))
-    # P.V's wgmmas (N = 64, a half of D) and how many start from a zero accumulator (scale-d, third operand from the end, 0)
-    pv = [l.rstrip().rstrip(";").split(",")[-3].strip() for l in ptx.splitlines()
-          if "wgmma.mma_async" in l and ".m64n64k32." in l]
-    # Q.K^T's wgmmas (N = BLOCK_N) whose A operand is registers: "{...}, {a0, a1, a2, a3}, desc_b" has two brace groups
-    qk = [l for l in ptx.splitlines() if "wgmma.mma_async" in l and ".m64n64k32." not in l]
+    # P.V's wgmmas, the ones whose A operand (P) is registers: "{d...}, {a0, a1, a2, a3}, desc_b" has two brace groups,
+    # Q.K^T's "{d...}, desc_a, desc_b" one; and how many start from a zero accumulator (scale-d, third operand from the
+    # end, 0)
+    mmas = [l for l in ptx.splitlines() if "wgmma.mma_async" in l]
+    pv = [l.rstrip().rstrip(";").split(",")[-3].strip() for l in mmas if l.count("{") >= 2]
+    qk = [l for l in mmas if l.count("{") < 2]
     return dict(variant=Path(path).stem if path else "shipped", case=case_key(page, window), page=page, window=window,
                 seconds=round(secs, 2),
                 wgmma=sorted({s for s, *_ in mma}), wgmma_types=sorted({".".join(t) for _, *t in mma}),
                 tma=ptx.count("cp.async.bulk.tensor"), shared=k.metadata.shared, qgmma=sass.count("QGMMA"),
                 setmaxreg=sass.count("SETMAXREG"), pv_mma=len(pv), pv_fresh=sum(x == "0" for x in pv),
-                qk_mma=len(qk), qk_regs_a=sum(l.count("{") >= 2 for l in qk),
+                qk_mma=len(qk),
                 spill_stores=len(re.findall(r"\bSTL\b", sass)), spill_loads=len(re.findall(r"\bLDL\b", sass)),
                 regs=int(use["REG"]), stack=int(use["STACK"]), local=int(use.get("LOCAL", 0)),
                 partition_regs=sorted({int(x, 16) for x in
@@ -105,16 +106,17 @@ _OPS = dict(instrs=None, LDL=r"^LDL", STL=r"^STL", MUFU=r"^MUFU", QGMMA=r"^QGMMA
             STS=r"^STS\b", PRMT=r"^PRMT", LDG=r"^LDG")
 
 def hot_loops(sass: str) -> dict:
-    """Opcode counts of the kernel's hot loops, from its SASS: the consumers' far-tile loop (12 QGMMA: Q.K^T's 4
-    k-steps and P.V's 8, no bias load), their near-tile loop (12 QGMMA and the bias loads; "near_largest": the largest
-    such loop where there are several) and a producer loop that stores to shared memory (none in the shipped kernel,
-    whose producer only issues TMA copies); each the
-    smallest loop (a backward branch's span) that matches."""
+    """Opcode counts of the kernel's hot loops, from its SASS: the consumers' far-tile loop (8 QGMMA: Q.K^T's 4
+    k-steps and P.V's 4; 12 where P.V runs in two halves of D, as the one-level control does; no bias load), their
+    near-tile loop (as many QGMMA and the bias loads; "near_largest": the largest such loop where there are several)
+    and a producer loop that stores to shared memory (none in the shipped kernel, whose producer only issues TMA
+    copies); each the smallest loop (a backward branch's span) that matches."""
     found = {}
     for body in backward_loops(sass):
         n = {k: len(body) if v is None else sum(bool(re.search(v, t)) for t in body) for k, v in _OPS.items()}
         utma = sum(t.startswith("UTMALDG") for t in body)
-        kind = ("far" if n["QGMMA"] == 12 and not n["LDG"] else "near" if n["QGMMA"] == 12 else
+        tile = n["QGMMA"] in (8, 12)
+        kind = ("far" if tile and not n["LDG"] else "near" if tile else
                 "producer" if utma and n["STS"] and not n["QGMMA"] else None)
         if kind and (kind not in found or n["instrs"] < found[kind]["instrs"]):
             found[kind] = {k: v for k, v in n.items() if v}

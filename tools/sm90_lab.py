@@ -63,10 +63,6 @@ def pingpong(src: str) -> str:
                 "is_async=True)\n"
                 "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn\n")
 
-# ---- Q as Q.K^T's register operand: loaded from shared memory once, instead of read by every tile's wgmma --------
-def q_regs(src: str) -> str:
-    return edit(src, "    q_wg = qt.q_smem.index(WG)\n",
-                "    q_wg = qt.q_smem.index(WG).load(gl.DotOperandLayout(operand_index=0, parent=cfg.s_layout, k_width=4))\n")
 
 def stages4(src: str) -> str:
     return edit(src, "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4,", "_CONSUMER_REGS, _MAXNREG = 128, 128, 4, 4,")
@@ -78,10 +74,10 @@ def pingpong_gemms(src: str) -> str:
     src = edit(_turns(src), "    qk = warpgroup_mma_wait(0, deps=(qk,))\n    if MASKED:",
                "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn: its P.V and next Q.K^T\n"
                "    qk = warpgroup_mma_wait(0, deps=(qk,))\n    if MASKED:")
-    src = edit(src, "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n    pv0 = warpgroup_mma(",
-               "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
+    src = edit(src, "    o_acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)\n    pv = warpgroup_mma(",
+               "    o_acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)\n"
                "    mbarrier.wait(turn.index(WG), (j + 1) & 1)    # this warpgroup's turn: P.V(j), then Q.K^T(j + 1)\n"
-               "    pv0 = warpgroup_mma(")
+               "    pv = warpgroup_mma(")
     src = edit(src, "    q_wg = qt.q_smem.index(WG)\n",
                "    q_wg = qt.q_smem.index(WG)\n"
                "    mbarrier.wait(turn.index(WG), 0)              # the turn for tile 0's Q.K^T (warpgroup 0 first)\n")
@@ -139,50 +135,6 @@ def no_exp2(src: str) -> str:
     return edit(src, "        p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score",
                 "        p = qk * qt.sm_scale_log2 - m_off[:, None]")
 
-# ---- P.V as one m64n128k32 wgmma per k-step instead of two m64n64k32 halves of D: the A operand (P) is read once per
-# k-step, not twice, and the tensor core runs the wider N its peak assumes; the result is split into the halves the
-# accumulators keep (the top column bit of the accumulator layout is a register bit: a renaming) -------------------
-def pv_full(src: str) -> str:
-    return edit(src,
-        "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
-        "    pv0 = warpgroup_mma(p8, vt_j.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
-        "    pv1 = warpgroup_mma(p8, vt_j.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
-        "    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))      # at once: P's registers are an operand until both finish\n",
-        "    o_acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)\n"
-        "    pa = gl.convert_layout(p8, gl.DotOperandLayout(operand_index=0, parent=cfg.s_layout, k_width=4))\n"
-        "    pv = warpgroup_mma(pa, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
-        "    pv = warpgroup_mma_wait(0, deps=(pv,))\n"
-        "    pv0, pv1 = gl.split(gl.permute(gl.reshape(pv, [cfg.M, 2, cfg.HALF]), [0, 2, 1]))\n"
-        "    pv0 = gl.convert_layout(pv0, cfg.o_layout)\n"
-        "    pv1 = gl.convert_layout(pv1, cfg.o_layout)\n")
-
-# ---- pv_full with the accumulator as one [64, 128] tensor in Q.K^T's layout (so alpha needs no layout change), split
-# into the halves of D only for the epilogue's stores (a [64, 128] tile of int64 pointers would spill) --------------
-def pv_one(src: str) -> str:
-    src = edit(src, "parent=self.o_layout.value, k_width=4))", "parent=self.s_layout.value, k_width=4))")
-    src = edit(src, "def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i,", "def _tile(cfg, keys, tiles, kv, qt, acc, l_i,")
-    src = edit(src, "    a_o = gl.convert_layout(alpha, gl.SliceLayout(1, cfg.o_layout))[:, None]\n", "")
-    src = edit(src,
-        "    o_acc = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
-        "    pv0 = warpgroup_mma(p8, vt_j.slice(0, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
-        "    pv1 = warpgroup_mma(p8, vt_j.slice(cfg.HALF, cfg.HALF, dim=0).permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
-        "    pv0, pv1 = warpgroup_mma_wait(0, deps=(pv0, pv1))      # at once: P's registers are an operand until both finish\n",
-        "    o_acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)\n"
-        "    pv = warpgroup_mma(p8, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)\n"
-        "    pv = warpgroup_mma_wait(0, deps=(pv,))\n")
-    src = edit(src, "    acc0 = acc0 * a_o + pv0\n    acc1 = acc1 * a_o + pv1\n    return acc0, acc1, l_i, m_new\n",
-               "    acc = acc * alpha[:, None] + pv\n    return acc, l_i, m_new\n")
-    src = edit(src, "    acc0 = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n"
-               "    acc1 = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)\n",
-               "    acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)\n")
-    src = edit(src, "        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i,",
-               "        acc, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc, l_i,", count=2)
-    return edit(src, "    # the epilogue: out = v_scale",
-                "    acc0, acc1 = gl.split(gl.permute(gl.reshape(acc, [cfg.M, 2, cfg.HALF]), [0, 2, 1]))\n"
-                "    acc0 = gl.convert_layout(acc0, cfg.o_layout)\n"
-                "    acc1 = gl.convert_layout(acc1, cfg.o_layout)\n"
-                "    # the epilogue: out = v_scale")
-
 # name: (edits, what it tries, exact: the arithmetic is the shipped kernel's, so its outputs must be bit-identical).
 # Gone from here: regs240 and bias_rows (folded into 07c on 2026-12-06), key_slots (folded on 2026-12-07),
 # bias_early (not exact, no faster), the pre-pass in 32/64-key programs, pingpong_gemms' combinations, interior
@@ -190,21 +142,20 @@ def pv_one(src: str) -> str:
 # slower elsewhere), acc_late (a far tile's accumulator update deferred under the next tile's Q.K^T: no faster),
 # pv_under (P.V(j - 1) under tile j's softmax, P through shared memory: 46-73 % slower, spills; commit 9c0957c; its
 # diagnosis pv_half, pv_regs and pv_serial in commit cc5233f), exp_poly25/50 (a share of the far exp2 on the FMA
-# pipe: slower; commit 79e3995) and tree_max/tree_sum/tree_both (a tile's row max and sum as trees: no faster;
-# commit a50fd2b);
+# pipe: slower; commit 79e3995), tree_max/tree_sum/tree_both (a tile's row max and sum as trees: no faster;
+# commit a50fd2b), pv_full (P.V as one N = 128 wgmma: folded into 07c on 2026-12-07), pv_one (its accumulator as one
+# [64, 128] tensor: level; commit 46760f5) and q_regs (Q as Q.K^T's register operand: no faster in any record, and
+# its register A operand would read as P.V's in tools/sm90_compile.py's count);
 # their records in bench/notes
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
                              "runs under the other's MMAs", True),
-    "q_regs": ([q_regs], "Q in registers as Q.K^T's A operand: 16 KB less shared-memory traffic per tile", True),
     "stages4": ([stages4], "four K/V^T stages", True),
     "pingpong_gemms": ([pingpong_gemms], "a warpgroup holds the tensor cores' turn from its P.V(j) to its "
                                          "Q.K^T(j + 1): one warpgroup's GEMMs run under the other's softmax", True),
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
-    "pv_full": ([pv_full], "P.V as one N = 128 wgmma per k-step, not two N = 64 halves of D", True),
-    "pv_one": ([pv_one], "pv_full with the accumulator as one [64, 128] tensor (no halves of D)", True),
     "ablation: no far exp2": ([no_exp2], "the far tiles' exp2 left out: wrong outputs, times the rest", None),
 }
 
@@ -632,8 +583,8 @@ def main(argv=None) -> int:
                 print(json.dumps({k: v for k, v in r.items() if k not in ("sass", "path")}))
                 continue
             print(f"{r['variant']:34s} {r['case']:20s} {r['shared'] / 1024:5.1f} KB shared, registers "
-                  + "/".join(map(str, r["partition_regs"])) + f", Q.K^T A from registers {r['qk_regs_a']:2d}/"
-                  f"{r['qk_mma']}, per-tile loops: " + "; ".join(
+                  + "/".join(map(str, r["partition_regs"])) + f", P.V wgmmas from zero {r['pv_fresh']:2d}/"
+                  f"{r['pv_mma']}, per-tile loops: " + "; ".join(
                       f"{k} {v['instrs']} instrs" + "".join(f", {o} {v[o]}" for o in ("LDL", "STL") if o in v)
                       for k, v in sorted(r["loops"].items())))
         return 0

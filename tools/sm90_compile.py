@@ -65,15 +65,13 @@ def build(page, window, path=None, G=8, Hkv=2, E=1024, T=8, sass_out=False, kern
     # P.V's wgmmas, the ones whose A operand (P) is registers: "{d...}, {a0, a1, a2, a3}, desc_b" has two brace groups,
     # Q.K^T's "{d...}, desc_a, desc_b" one; and how many start from a zero accumulator (scale-d, third operand from the
     # end, 0)
-    mmas = [l for l in ptx.splitlines() if "wgmma.mma_async" in l]
-    pv = [l.rstrip().rstrip(";").split(",")[-3].strip() for l in mmas if l.count("{") >= 2]
-    qk = [l for l in mmas if l.count("{") < 2]
+    pv = [l.rstrip().rstrip(";").split(",")[-3].strip() for l in ptx.splitlines()
+          if "wgmma.mma_async" in l and l.count("{") >= 2]
     return dict(variant=Path(path).stem if path else "shipped", case=case_key(page, window), page=page, window=window,
                 seconds=round(secs, 2),
                 wgmma=sorted({s for s, *_ in mma}), wgmma_types=sorted({".".join(t) for _, *t in mma}),
                 tma=ptx.count("cp.async.bulk.tensor"), shared=k.metadata.shared, qgmma=sass.count("QGMMA"),
                 setmaxreg=sass.count("SETMAXREG"), pv_mma=len(pv), pv_fresh=sum(x == "0" for x in pv),
-                qk_mma=len(qk),
                 spill_stores=len(re.findall(r"\bSTL\b", sass)), spill_loads=len(re.findall(r"\bLDL\b", sass)),
                 regs=int(use["REG"]), stack=int(use["STACK"]), local=int(use.get("LOCAL", 0)),
                 partition_regs=sorted({int(x, 16) for x in

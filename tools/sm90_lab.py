@@ -173,17 +173,24 @@ def bias_tma(src: str) -> str:
     src = edit(src, "def _producer(cfg, keys, tiles, kv):\n", "def _producer(cfg, keys, tiles, kv, qt, rel_desc, u_smem, brg):\n")
     src = edit(src, "        _issue(cfg, keys, tiles, kv, i)\n",
                "        _issue(cfg, keys, tiles, kv, i)\n"
-               "        if i >= keys.n_far:\n"
-               "            _issue_bias(cfg, keys, qt, rel_desc, u_smem, brg, i)\n")
+               "        if cfg.G >= 8:\n"
+               "            if i >= keys.n_far:\n"
+               "                _issue_bias(cfg, keys, qt, rel_desc, u_smem, brg, i)\n")
     src = edit(src, "acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off, row_valid, MASKED: gl.constexpr):",
                "acc0, acc1, l_i, m_i, q_wg, u_smem, jt, brg, j, pos, rel_off, row_valid,\n          WG: gl.constexpr, MASKED: gl.constexpr):")
     src = edit(src, "m_i, q_wg, j, pos, rel_off,", "m_i, q_wg, u_smem, jt, brg, j, pos, rel_off,", count=2)
     src = edit(src, "row_valid, False)", "row_valid, WG, False)")
     src = edit(src, "row_valid, True)", "row_valid, WG, True)")
+    # G < 8: a token's rows are fewer than a swizzled TMA box's 8, so those builds keep the gather
     src = edit(src, "    qk = warpgroup_mma_wait(0, deps=(qk,))\n    if MASKED:\n",
-               "    if MASKED:\n        qk, rel = _bias_mma(cfg, keys, qk, u_smem, jt, brg, j, WG)\n"
+               "    if MASKED:\n"
+               "        if cfg.G >= 8:\n"
+               "            qk, rel = _bias_mma(cfg, keys, qk, u_smem, jt, brg, j, WG)\n"
+               "        else:\n"
+               "            qk = warpgroup_mma_wait(0, deps=(qk,))\n"
+               "            rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)\n"
                "    else:\n        qk = warpgroup_mma_wait(0, deps=(qk,))\n    if MASKED:\n")
-    src = edit(src, "        rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)\n", "")
+    src = edit(src, "        rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)\n        vis", "        vis")
     src = edit(src, "def _consumer(cfg, keys, tiles, kv, qt, WG: gl.constexpr):",
                "def _consumer(cfg, keys, tiles, kv, qt, u_smem, jt, brg, WG: gl.constexpr):")
     src = edit(src, "def _prefill_sm90_kernel(Q, k_desc, vt_desc, REL,", "def _prefill_sm90_kernel(Q, k_desc, vt_desc, rel_desc, REL,")
@@ -206,7 +213,7 @@ def bias_tma(src: str) -> str:
     src = edit(src, "    args = (q, k_desc, vt_desc, rel_logits, out,",
                "    assert rel_logits.stride(2) == 1 and rel_logits.stride(0) == Hq * rel_logits.stride(1)\n"
                "    rel2 = rel_logits.as_strided((T * Hq, rel_logits.shape[2]), (rel_logits.stride(1), 1))\n"
-               "    rel_desc = TensorDescriptor(rel2, list(rel2.shape), list(rel2.stride()), [G, 64],\n"
+               "    rel_desc = TensorDescriptor(rel2, list(rel2.shape), list(rel2.stride()), [max(G, 8), 64],\n"
                "                                gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))\n"
                "    args = (q, k_desc, vt_desc, rel_desc, rel_logits, out,")
     return src
@@ -216,7 +223,7 @@ def bias_tma(src: str) -> str:
 def interior_tma(src: str) -> str:
     src = edit(src, "          WG: gl.constexpr, MASKED: gl.constexpr):",
                "          WG: gl.constexpr, MASKED: gl.constexpr, BIASED: gl.constexpr):")
-    src = edit(src, "    if MASKED:\n        qk, rel = _bias_mma(", "    if BIASED:\n        qk, rel = _bias_mma(")
+    src = edit(src, "    if MASKED:\n        if cfg.G >= 8:\n", "    if BIASED:\n        if cfg.G >= 8:\n")
     src = edit(src, "        m_tile = gl.max(s, 1)\n    else:\n",
                "        m_tile = gl.max(s, 1)\n"
                "    elif BIASED:\n"

@@ -253,6 +253,15 @@ def interior_tma(src: str) -> str:
                "                                     rel_off, row_valid, WG, True, True)\n")
     return src
 
+# ---- on bias_tma(_int): the bias window's mbarrier wait moved before Q.K^T's issue (with the K/V stage's), so that no
+# wait's retry loop runs while a wgmma is in flight (the folded bias_tma_int faulted with an illegal instruction on an
+# H100: bench/notes/sm90_bias_tma_fold_h100.json.gz; this tells whether that order is the cause) ------------------------
+def bias_wait_early(src: str) -> str:
+    src = edit(src, "    k = j - keys.n_far\n    brg.wait_ready(k)\n", "    k = j - keys.n_far\n")
+    return edit(src, "          WG: gl.constexpr, MASKED: gl.constexpr, BIASED: gl.constexpr):\n    kv.wait_ready(j)\n",
+                "          WG: gl.constexpr, MASKED: gl.constexpr, BIASED: gl.constexpr):\n    kv.wait_ready(j)\n"
+                "    if BIASED:\n        if cfg.G >= 8:\n            brg.wait_ready(j - keys.n_far)\n")
+
 # ---- ablation: the far tiles' exp2 (MUFU) replaced by its argument: wrong outputs; times what MUFU costs -----------
 def no_exp2(src: str) -> str:
     return edit(src, "        p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score",
@@ -283,6 +292,8 @@ VARIANTS = {
                              "scores' columns by a bf16 wgmma with the anti-identity", True),
     "bias_tma_int": ([bias_tma, interior_tma], "bias_tma, and the near tiles off the diagonal (and inside the "
                                                "window) add the bias with no mask", True),
+    "bias_tma_int_w": ([bias_tma, interior_tma, bias_wait_early], "bias_tma_int with the bias window's wait before "
+                                                                  "Q.K^T's issue (no wait while a wgmma is in flight)", True),
     "ablation: no far exp2": ([no_exp2], "the far tiles' exp2 left out: wrong outputs, times the rest", None),
 }
 

@@ -121,13 +121,15 @@ def _prefetch_bias(cfg, qt):
 
 '''
 
+def _producer_work(src: str, helpers: str, args: str, after_issue: str) -> str:
+    "The producer with more to do: `helpers` defined before it, `args` added to its own, `after_issue` after each issue."
+    src = edit(src, "\n@gluon.jit\ndef _producer(", helpers + "\n@gluon.jit\ndef _producer(")
+    src = edit(src, "def _producer(cfg, keys, tiles, kv):\n", f"def _producer(cfg, keys, tiles, kv, {args}):\n")
+    return edit(src, "        _issue(cfg, keys, tiles, kv, i)\n", "        _issue(cfg, keys, tiles, kv, i)\n" + after_issue)
+
 def bias_prefetch(src: str) -> str:
-    src = edit(src, "\n@gluon.jit\ndef _producer(", BIAS_PREFETCH + "\n@gluon.jit\ndef _producer(")
-    src = edit(src, "def _producer(cfg, keys, tiles, kv):\n", "def _producer(cfg, keys, tiles, kv, qt):\n")
-    src = edit(src, "        _issue(cfg, keys, tiles, kv, i)\n",
-               "        _issue(cfg, keys, tiles, kv, i)\n"
-               "        if i == gl.minimum(keys.n_tiles, cfg.STAGES) - 1:\n"
-               "            _prefetch_bias(cfg, qt)\n")
+    src = _producer_work(src, BIAS_PREFETCH, "qt", "        if i == gl.minimum(keys.n_tiles, cfg.STAGES) - 1:\n"
+                                                  "            _prefetch_bias(cfg, qt)\n")
     return edit(src, "(_producer, (cfg, keys, tiles, kv))", "(_producer, (cfg, keys, tiles, kv, qt))")
 
 BIAS_TMA = '''
@@ -169,13 +171,10 @@ def _bias_mma(cfg, keys, qk, u_smem, jt, brg, j, WG: gl.constexpr):
 '''
 
 def bias_tma(src: str) -> str:
-    src = edit(src, "\n@gluon.jit\ndef _producer(", BIAS_TMA + "\n@gluon.jit\ndef _producer(")
-    src = edit(src, "def _producer(cfg, keys, tiles, kv):\n", "def _producer(cfg, keys, tiles, kv, qt, rel_desc, u_smem, brg):\n")
-    src = edit(src, "        _issue(cfg, keys, tiles, kv, i)\n",
-               "        _issue(cfg, keys, tiles, kv, i)\n"
-               "        if cfg.G >= 8:\n"
-               "            if i >= keys.n_far:\n"
-               "                _issue_bias(cfg, keys, qt, rel_desc, u_smem, brg, i)\n")
+    src = _producer_work(src, BIAS_TMA, "qt, rel_desc, u_smem, brg",
+                         "        if cfg.G >= 8:\n"
+                         "            if i >= keys.n_far:\n"
+                         "                _issue_bias(cfg, keys, qt, rel_desc, u_smem, brg, i)\n")
     src = edit(src, "acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off, row_valid, MASKED: gl.constexpr):",
                "acc0, acc1, l_i, m_i, q_wg, u_smem, jt, brg, j, pos, rel_off, row_valid,\n          WG: gl.constexpr, MASKED: gl.constexpr):")
     src = edit(src, "m_i, q_wg, j, pos, rel_off,", "m_i, q_wg, u_smem, jt, brg, j, pos, rel_off,", count=2)

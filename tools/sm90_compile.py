@@ -100,13 +100,14 @@ def backward_loops(sass: str) -> list:
         if not any(t.startswith("EXIT") for t in body): loops.append(body)   # an EXIT: a slow path jumping back
     return loops
 
-_OPS = dict(instrs=None, LDL=r"^LDL", STL=r"^STL", MUFU=r"^MUFU", QGMMA=r"^QGMMA", SHFL=r"^SHFL", LDS=r"^LDS\b",
-            STS=r"^STS\b", PRMT=r"^PRMT", LDG=r"^LDG")
+_OPS = dict(instrs=None, LDL=r"^LDL", STL=r"^STL", MUFU=r"^MUFU", QGMMA=r"^QGMMA", HGMMA=r"^HGMMA", SHFL=r"^SHFL",
+            LDS=r"^LDS\b", STS=r"^STS\b", PRMT=r"^PRMT", LDG=r"^LDG")
 
 def hot_loops(sass: str) -> dict:
     """Opcode counts of the kernel's hot loops, from its SASS: the consumers' far-tile loop (8 QGMMA: Q.K^T's 4
-    k-steps and P.V's 4; 12 where P.V runs in two halves of D, as the one-level control does; no bias load), their
-    near-tile loop (as many QGMMA and the bias loads; "near_largest": the largest such loop where there are several)
+    k-steps and P.V's 4; 12 where P.V runs in two halves of D, as the one-level control does; no bias), their
+    near-tile loop (as many QGMMA, and the bias: its gather's loads, or the bf16 HGMMA that reverses its TMA window;
+    the smallest such loop, an unmasked one; "near_largest": the largest, a masked one, where there are several)
     and a producer loop that stores to shared memory (none in the shipped kernel, whose producer only issues TMA
     copies); each the smallest loop (a backward branch's span) that matches."""
     found = {}
@@ -114,7 +115,7 @@ def hot_loops(sass: str) -> dict:
         n = {k: len(body) if v is None else sum(bool(re.search(v, t)) for t in body) for k, v in _OPS.items()}
         utma = sum(t.startswith("UTMALDG") for t in body)
         tile = n["QGMMA"] in (8, 12)
-        kind = ("far" if tile and not n["LDG"] else "near" if tile else
+        kind = ("far" if tile and not (n["LDG"] or n["HGMMA"]) else "near" if tile else
                 "producer" if utma and n["STS"] and not n["QGMMA"] else None)
         if kind and (kind not in found or n["instrs"] < found[kind]["instrs"]):
             found[kind] = {k: v for k, v in n.items() if v}

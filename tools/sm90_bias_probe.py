@@ -4,7 +4,7 @@ and the bf16 wgmma against the anti-identity J that reverses the window into the
 bit, the window as loaded (U) and as reversed (R = U flipped), at a window inside the band and at windows that run past
 either end of it (those columns read as zeros).
 
-  python tools/sm90_bias_probe.py MODE     # one JSON line per window offset D; one process per MODE
+  python tools/sm90_bias_probe.py MODE [D ...]   # one JSON line per window offset D (default 200, -100, 950)
   MODE 0: the bias wgmma alone; 1: an fp8 wgmma (Q.K^T's shape, K = I) in flight while the bias mbarrier is waited,
   then the bias wgmma (bias_tma's order); 2: the bias mbarrier waited first (bias_tma_int_w's order); 3: the TMA boxes
   alone (no wgmma: R stays zero); 4: no TMA (the window gathered by loads and stored into the tile), then the wgmma; 5: one [64, 64] TMA box a
@@ -114,5 +114,5 @@ def run(mode, D, T=40, Hq=16, E=1024, G=8, tok0=3, hkv=1):
 
 if __name__ == "__main__":
     mode = int(sys.argv[1])
-    for D in (200, -100, 950):
+    for D in [int(x) for x in sys.argv[2:]] or (200, -100, 950):
         print(json.dumps(run(mode, D)), flush=True)

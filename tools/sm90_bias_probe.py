@@ -7,11 +7,13 @@ either end of it (those columns read as zeros).
   python tools/sm90_bias_probe.py MODE [D ...]   # one JSON line per window offset D (default 200, -100, 950)
   MODE 0: the bias wgmma alone; 1: an fp8 wgmma (Q.K^T's shape, K = I) in flight while the bias mbarrier is waited,
   then the bias wgmma (bias_tma's order); 2: the bias mbarrier waited first (bias_tma_int_w's order); 3: the TMA boxes
-  alone (no wgmma: R stays zero); 4: no TMA (the window gathered by loads and stored into the tile), then the wgmma; 5: one [64, 64] TMA box a
-  half (64 consecutive rows: not the bias window, a plain tile) instead of the per-token boxes, then the wgmma.
+  alone (no wgmma: R stays zero); 4: no TMA (the window gathered by loads and stored into the tile), then the wgmma;
+  5: one [64, 64] TMA box a half (64 consecutive rows: not the bias window, a plain tile), then the wgmma.
 
 Its purpose: bias_tma's folded kernel faulted with "an illegal instruction" on an H100
-(bench/notes/sm90_bias_tma_fold_h100.json.gz); a fault here, or wrong bytes, names the mechanism."""
+(bench/notes/sm90_bias_tma_fold_h100.json.gz); a fault here, or wrong bytes, names the mechanism. What it found
+(bench/notes/sm90_bias_probe_h100.json.gz): the wgmma is exact, and a TMA box faults unless its innermost start
+coordinate is a 16-byte multiple, which 7 tokens in 8 of a bias window are not."""
 import sys, json, torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -100,7 +102,8 @@ def run(mode, D, T=40, Hq=16, E=1024, G=8, tok0=3, hkv=1):
     row0 = tok0 * Hq + hkv * G
     _probe[(1,)](desc, rel2, U, R, S, D, row0, Hq, T * Hq, E, G=G, MODE=mode, num_warps=4)
     torch.cuda.synchronize()
-    # expected: U[m, e] = rel2[row0 + (m // G) * Hq + m % G, D + m // G + e] (zero outside [0, E)); R[m, c] = U[m, 127 - c]
+    # expected: U[m, e] = rel2[row0 + (m // G) * Hq + m % G, D + m // G + e] (zero outside [0, E));
+    # R[m, c] = U[m, 127 - c]
     m = torch.arange(64, device="cuda")[:, None]; e = torch.arange(128, device="cuda")[None, :]
     rows, cols = row0 + (m // G) * Hq + m % G, D + m // G + e
     if mode == 5:

@@ -1,8 +1,8 @@
-"""The lab variant bias_tma's two mechanisms alone, in one warpgroup without warp specialization, on an SM90 GPU: the
-per-token TMA boxes of the bias window ([G heads, 64 columns] each, two halves, into a 128-byte-swizzled [64, 64] view),
-and the bf16 wgmma against the anti-identity J that reverses the window into the scores' columns. It checks, bit for
-bit, the window as loaded (U) and as reversed (R = U flipped), at a window inside the band and at windows that run past
-either end of it (those columns read as zeros).
+"""The former lab variant bias_tma's (tools/sm90_lab.py at commit c078bbd) two mechanisms alone, in one warpgroup
+without warp specialization, on an SM90 GPU: the per-token TMA boxes of the bias window ([G heads, 64 columns] each,
+two halves, into a 128-byte-swizzled [64, 64] view), and the bf16 wgmma against the anti-identity J that reverses the
+window into the scores' columns. It checks, bit for bit, the window as loaded (U) and as reversed (R = U flipped), at
+a window inside the band and at windows that run past either end of it (those columns read as zeros).
 
   python tools/sm90_bias_probe.py MODE [D ...]   # one JSON line per window offset D (default 200, -100, 950)
   MODE 0: the bias wgmma alone; 1: an fp8 wgmma (Q.K^T's shape, K = I) in flight while the bias mbarrier is waited,

@@ -121,145 +121,14 @@ def _prefetch_bias(cfg, qt):
 
 '''
 
-def _producer_work(src: str, helpers: str, args: str, after_issue: str) -> str:
-    "The producer with more to do: `helpers` defined before it, `args` added to its own, `after_issue` after each issue."
-    src = edit(src, "\n@gluon.jit\ndef _producer(", helpers + "\n@gluon.jit\ndef _producer(")
-    src = edit(src, "def _producer(cfg, keys, tiles, kv):\n", f"def _producer(cfg, keys, tiles, kv, {args}):\n")
-    return edit(src, "        _issue(cfg, keys, tiles, kv, i)\n", "        _issue(cfg, keys, tiles, kv, i)\n" + after_issue)
-
 def bias_prefetch(src: str) -> str:
-    src = _producer_work(src, BIAS_PREFETCH, "qt", "        if i == gl.minimum(keys.n_tiles, cfg.STAGES) - 1:\n"
-                                                  "            _prefetch_bias(cfg, qt)\n")
+    src = edit(src, "\n@gluon.jit\ndef _producer(", BIAS_PREFETCH + "\n@gluon.jit\ndef _producer(")
+    src = edit(src, "def _producer(cfg, keys, tiles, kv):\n", "def _producer(cfg, keys, tiles, kv, qt):\n")
+    src = edit(src, "        _issue(cfg, keys, tiles, kv, i)\n",
+               "        _issue(cfg, keys, tiles, kv, i)\n"
+               "        if i == gl.minimum(keys.n_tiles, cfg.STAGES) - 1:\n"
+               "            _prefetch_bias(cfg, qt)\n")
     return edit(src, "(_producer, (cfg, keys, tiles, kv))", "(_producer, (cfg, keys, tiles, kv, qt))")
-
-BIAS_TMA = '''
-@gluon.jit
-def _issue_bias(cfg, keys, qt, rel_desc, u_smem, brg, i):
-    # near tile i's bias window by TMA: for each token t of the program, its G heads' rel[tok, head, D − 127 ...
-    # D] (D = pos − j0; columns past [0, E) read as zeros) into rows t·G ... of u_smem[2·slot + half], 64 a half
-    k = i - keys.n_far
-    brg.wait_free(k)
-    bar = brg.ready_bar(k)
-    mbarrier.expect(bar, 128 * cfg.BLOCK_N * 2)
-    BLOCK_Q: gl.constexpr = 128 // cfg.G
-    hq = gl.num_programs(2) * cfg.G
-    D = qt.pos0 + qt.tok0 - keys.lo - i * cfg.BLOCK_N - (cfg.BLOCK_N - 1)
-    row = (qt.q_start + qt.tok0) * hq + qt.hkv * cfg.G
-    # u_smem [8, 64, 64] as [8 · 64 / G, G, 64]: a token's G rows are one index (a loop, not 32 unrolled copies)
-    u_rows = u_smem._reinterpret(gl.bfloat16, [8 * 64 // cfg.G, cfg.G, 64], u_smem.type.layout)
-    for t in range(BLOCK_Q):
-        for h in gl.static_range(2):
-            dst = ((2 * (k % 2) + h) * 2 + t * cfg.G // 64) * (64 // cfg.G) + t % (64 // cfg.G)
-            tma.async_copy_global_to_shared(rel_desc, [row + t * hq, D + t + 64 * h], bar, u_rows.index(dst))
-
-
-@gluon.jit
-def _bias_mma(cfg, keys, qk, u_smem, jt, brg, j, WG: gl.constexpr):
-    # the bias window reversed into the scores' columns by the tensor cores: rel = U · J, J the anti-identity
-    # (exact: one product by 1.0 a sum, in fp32)
-    k = j - keys.n_far
-    brg.wait_ready(k)
-    b_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                  instr_shape=[16, cfg.BLOCK_N, 16])
-    rb = gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, b_l)
-    rb = warpgroup_mma(u_smem.index(4 * (k % 2) + WG), jt.index(0).permute((1, 0)), rb, use_acc=False, is_async=True)
-    rb = warpgroup_mma(u_smem.index(4 * (k % 2) + 2 + WG), jt.index(1).permute((1, 0)), rb, is_async=True)
-    qk, rb = warpgroup_mma_wait(0, deps=(qk, rb))
-    brg.release(k)
-    return qk, gl.convert_layout(rb, cfg.s_layout)
-
-'''
-
-def bias_tma(src: str) -> str:
-    src = _producer_work(src, BIAS_TMA, "qt, rel_desc, u_smem, brg",
-                         "        if cfg.G >= 8:\n"
-                         "            if i >= keys.n_far:\n"
-                         "                _issue_bias(cfg, keys, qt, rel_desc, u_smem, brg, i)\n")
-    src = edit(src, "acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off, row_valid, MASKED: gl.constexpr):",
-               "acc0, acc1, l_i, m_i, q_wg, u_smem, jt, brg, j, pos, rel_off, row_valid,\n          WG: gl.constexpr, MASKED: gl.constexpr):")
-    src = edit(src, "m_i, q_wg, j, pos, rel_off,", "m_i, q_wg, u_smem, jt, brg, j, pos, rel_off,", count=2)
-    src = edit(src, "row_valid, False)", "row_valid, WG, False)")
-    src = edit(src, "row_valid, True)", "row_valid, WG, True)")
-    # G < 8: a token's rows are fewer than a swizzled TMA box's 8, so those builds keep the gather
-    src = edit(src, "    qk = warpgroup_mma_wait(0, deps=(qk,))\n    if MASKED:\n",
-               "    if MASKED:\n"
-               "        if cfg.G >= 8:\n"
-               "            qk, rel = _bias_mma(cfg, keys, qk, u_smem, jt, brg, j, WG)\n"
-               "        else:\n"
-               "            qk = warpgroup_mma_wait(0, deps=(qk,))\n"
-               "            rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)\n"
-               "    else:\n        qk = warpgroup_mma_wait(0, deps=(qk,))\n    if MASKED:\n")
-    src = edit(src, "        rel = _bias_rows(cfg, keys, qt, j, pos, rel_off, row_valid)\n        vis", "        vis")
-    src = edit(src, "def _consumer(cfg, keys, tiles, kv, qt, WG: gl.constexpr):",
-               "def _consumer(cfg, keys, tiles, kv, qt, u_smem, jt, brg, WG: gl.constexpr):")
-    src = edit(src, "def _prefill_sm90_kernel(Q, k_desc, vt_desc, REL,", "def _prefill_sm90_kernel(Q, k_desc, vt_desc, rel_desc, REL,")
-    src = edit(src, "    _init_ring(kv, 2)\n",
-               "    _init_ring(kv, 2)\n"
-               "    b_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)\n"
-               "    u_smem = gl.allocate_shared_memory(gl.bfloat16, [8, 64, 64], b_smem)   # 2 slots x 2 halves x 2 warpgroups\n"
-               "    jt = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, 64], b_smem)       # J's halves, [N, K]\n"
-               "    jl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])\n"
-               "    jc = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, jl))\n"
-               "    je = gl.arange(0, 64, layout=gl.SliceLayout(0, jl))\n"
-               "    for hh in gl.static_range(2):\n"
-               "        one = (jc[:, None] + je[None, :] + 64 * hh) == BLOCK_N - 1\n"
-               "        jt.index(hh).store(gl.where(one, 1.0, 0.0).to(gl.bfloat16))\n"
-               "    brg = _alloc_ring(2)\n"
-               "    _init_ring(brg, 2)\n")
-    src = edit(src, "(_producer, (cfg, keys, tiles, kv))", "(_producer, (cfg, keys, tiles, kv, qt, rel_desc, u_smem, brg))")
-    for wg in (0, 1):
-        src = edit(src, f"(_consumer, (cfg, keys, tiles, kv, qt, {wg}))", f"(_consumer, (cfg, keys, tiles, kv, qt, u_smem, jt, brg, {wg}))")
-    src = edit(src, "    args = (q, k_desc, vt_desc, rel_logits, out,",
-               "    assert rel_logits.stride(2) == 1 and rel_logits.stride(0) == Hq * rel_logits.stride(1)\n"
-               "    rel2 = rel_logits.as_strided((T * Hq, rel_logits.shape[2]), (rel_logits.stride(1), 1))\n"
-               "    rel_desc = TensorDescriptor(rel2, list(rel2.shape), list(rel2.stride()), [max(G, 8), 64],\n"
-               "                                gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))\n"
-               "    args = (q, k_desc, vt_desc, rel_desc, rel_logits, out,")
-    return src
-
-# ---- on bias_tma: the near tiles wholly below the program's first query (and, with a window, wholly inside every
-# row's window) add the bias with no mask: only the tiles on the diagonal (and the window's first) are masked ------
-def interior_tma(src: str) -> str:
-    src = edit(src, "          WG: gl.constexpr, MASKED: gl.constexpr):",
-               "          WG: gl.constexpr, MASKED: gl.constexpr, BIASED: gl.constexpr):")
-    src = edit(src, "    if MASKED:\n        if cfg.G >= 8:\n", "    if BIASED:\n        if cfg.G >= 8:\n")
-    src = edit(src, "        m_tile = gl.max(s, 1)\n    else:\n",
-               "        m_tile = gl.max(s, 1)\n"
-               "    elif BIASED:\n"
-               "        s = qk * qt.sm_scale_log2 + rel * _LOG2E\n"
-               "        m_tile = gl.max(s, 1)\n"
-               "    else:\n")
-    src = edit(src, "    if MASKED:\n        p = gl.exp2(s - m_off[:, None])", "    if BIASED:\n        p = gl.exp2(s - m_off[:, None])")
-    src = edit(src, "row_valid, WG, False)", "row_valid, WG, False, False)")
-    src = edit(src, "    for j in range(keys.n_far, keys.n_tiles):\n"
-               "        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, u_smem, jt, brg, j, pos, rel_off,\n"
-               "                                     row_valid, WG, True)\n",
-               "    # near tiles wholly at or below the first query's position (and inside every row's window) need no mask\n"
-               "    pos_min = qt.pos0 + qt.tok0\n"
-               "    int_end = gl.minimum(gl.maximum((pos_min + 1 - keys.lo) // cfg.BLOCK_N, keys.n_far), keys.n_tiles)\n"
-               "    int_start = keys.n_far\n"
-               "    if cfg.HAS_WINDOW:\n"
-               "        w_first = pos_min + 128 // cfg.G - qt.W - keys.lo\n"
-               "        int_start = gl.minimum(gl.maximum((w_first + cfg.BLOCK_N) // cfg.BLOCK_N, keys.n_far), int_end)\n"
-               "        for j in range(keys.n_far, int_start):\n"
-               "            acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, u_smem, jt, brg, j,\n"
-               "                                         pos, rel_off, row_valid, WG, True, True)\n"
-               "    for j in range(int_start, int_end):\n"
-               "        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, u_smem, jt, brg, j, pos,\n"
-               "                                     rel_off, row_valid, WG, False, True)\n"
-               "    for j in range(int_end, keys.n_tiles):\n"
-               "        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, u_smem, jt, brg, j, pos,\n"
-               "                                     rel_off, row_valid, WG, True, True)\n")
-    return src
-
-# ---- on bias_tma(_int): the bias window's mbarrier wait moved before Q.K^T's issue (with the K/V stage's), so that no
-# wait's retry loop runs while a wgmma is in flight (the folded bias_tma_int faulted with an illegal instruction on an
-# H100: bench/notes/sm90_bias_tma_fold_h100.json.gz; this tells whether that order is the cause) ------------------------
-def bias_wait_early(src: str) -> str:
-    src = edit(src, "    k = j - keys.n_far\n    brg.wait_ready(k)\n", "    k = j - keys.n_far\n")
-    return edit(src, "          WG: gl.constexpr, MASKED: gl.constexpr, BIASED: gl.constexpr):\n    kv.wait_ready(j)\n",
-                "          WG: gl.constexpr, MASKED: gl.constexpr, BIASED: gl.constexpr):\n    kv.wait_ready(j)\n"
-                "    if BIASED:\n        if cfg.G >= 8:\n            brg.wait_ready(j - keys.n_far)\n")
 
 # ---- ablation: the far tiles' exp2 (MUFU) replaced by its argument: wrong outputs; times what MUFU costs -----------
 def no_exp2(src: str) -> str:
@@ -276,7 +145,9 @@ def no_exp2(src: str) -> str:
 # pipe: slower; commit 79e3995), tree_max/tree_sum/tree_both (a tile's row max and sum as trees: no faster;
 # commit a50fd2b), pv_full (P.V as one N = 128 wgmma: folded into 07c on 2026-12-07), pv_one (its accumulator as one
 # [64, 128] tensor: level; commit 46760f5) and q_regs (Q as Q.K^T's register operand: no faster in any record, and
-# its register A operand would read as P.V's in tools/sm90_compile.py's count);
+# its register A operand would read as P.V's in tools/sm90_compile.py's count), bias_tma/bias_tma_int/bias_tma_int_w
+# (the near tiles' bias windows by per-token TMA boxes, reversed by an anti-identity wgmma: they fault, a TMA box must
+# start at a 16-byte multiple and 7 tokens in 8 do not; commit c078bbd, tools/sm90_bias_probe.py);
 # their records in bench/notes
 VARIANTS = {
     "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
@@ -287,12 +158,6 @@ VARIANTS = {
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
-    "bias_tma": ([bias_tma], "the near tiles' bias windows loaded by TMA (a box per token) and reversed into the "
-                             "scores' columns by a bf16 wgmma with the anti-identity", True),
-    "bias_tma_int": ([bias_tma, interior_tma], "bias_tma, and the near tiles off the diagonal (and inside the "
-                                               "window) add the bias with no mask", True),
-    "bias_tma_int_w": ([bias_tma, interior_tma, bias_wait_early], "bias_tma_int with the bias window's wait before "
-                                                                  "Q.K^T's issue (no wait while a wgmma is in flight)", True),
     "ablation: no far exp2": ([no_exp2], "the far tiles' exp2 left out: wrong outputs, times the rest", None),
 }
 

@@ -35,10 +35,14 @@ def _turns(src: str) -> str:
     for the other), warpgroup 0's first, handed to each `_tile` with the warpgroup's index."""
     src = edit(src, "row_valid, MASKED: gl.constexpr):\n    kv.wait_ready(j)",
                "row_valid, turn, WG: gl.constexpr, MASKED: gl.constexpr):\n    kv.wait_ready(j)")
-    src = edit(src, "def _consumer(cfg, keys, tiles, kv, qt, WG: gl.constexpr):",
-               "def _consumer(cfg, keys, tiles, kv, qt, turn, WG: gl.constexpr):")
     src = edit(src, "row_valid, False)", "row_valid, turn, WG, False)", count=None)
     src = edit(src, "row_valid, True)", "row_valid, turn, WG, True)", count=None)
+    return _turn_barriers(src)
+
+def _turn_barriers(src: str) -> str:
+    "The `turn` barriers' allocation, initialization and first arrival, and the consumers' new argument."
+    src = edit(src, "def _consumer(cfg, keys, tiles, kv, qt, WG: gl.constexpr):",
+               "def _consumer(cfg, keys, tiles, kv, qt, turn, WG: gl.constexpr):")
     src = edit(src, "    _init_ring(kv, 2)\n",
                "    _init_ring(kv, 2)\n"
                "    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())\n"
@@ -84,6 +88,76 @@ def pingpong_gemms(src: str) -> str:
     return edit(src, "    # the epilogue: out = v_scale",
                 "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the last P.V is issued and done: pass the turn\n"
                 "    # the epilogue: out = v_scale")
+
+# ---- Q.K^T of the next tile issued right behind P.V: a warpgroup's two GEMMs run back to back and it waits once for
+# both, so one wgmma round trip a tile leaves its chain. Nothing in flight crosses the loop's back edge (both are
+# waited inside the iteration), which is what made ptxas serialize the earlier intra-warpgroup builds. Tile 0's Q.K^T
+# is issued before the loops and the last tile, always a near one, after them ------------------------------------------
+QK_ISSUE = '''
+@gluon.jit
+def _qk_issue(cfg, tiles, kv, q_wg, j):
+    kv.wait_ready(j)
+    s_acc = gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, cfg.s_layout)
+    return warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, is_async=True)
+
+'''
+
+def qk_next(src: str) -> str:
+    src = edit(src, "\n@gluon.jit\ndef _tile(", QK_ISSUE + "\n@gluon.jit\ndef _tile(")
+    src = edit(src, "row_valid, MASKED: gl.constexpr):\n    kv.wait_ready(j)\n"
+                    "    s_acc = gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, cfg.s_layout)\n"
+                    "    qk = warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, "
+                    "is_async=True)\n    qk = warpgroup_mma_wait(0, deps=(qk,))\n",
+               "row_valid, qk, MASKED: gl.constexpr, NEXT: gl.constexpr):\n")
+    src = edit(src, "    pv = warpgroup_mma_wait(0, deps=(pv,))\n",
+               "    if NEXT:\n"
+               "        qk = _qk_issue(cfg, tiles, kv, q_wg, j + 1)\n"
+               "        pv, qk = warpgroup_mma_wait(0, deps=(pv, qk))\n"
+               "    else:\n"
+               "        pv = warpgroup_mma_wait(0, deps=(pv,))\n")
+    src = edit(src, "    return acc0, acc1, l_i, m_new\n", "    return acc0, acc1, l_i, m_new, qk\n")
+    src = edit(src, """    for j in range(0, keys.n_far):
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                     row_valid, False)
+    for j in range(keys.n_far, keys.n_tiles):
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                     row_valid, True)
+""", """    qk = warpgroup_mma_wait(0, deps=(_qk_issue(cfg, tiles, kv, q_wg, 0),))
+    n_last = keys.n_tiles - 1           # the last tile is a near one (it holds the last query's own key)
+    n_far = gl.minimum(keys.n_far, n_last)
+    for j in range(0, n_far):
+        acc0, acc1, l_i, m_i, qk = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                         row_valid, qk, False, True)
+    for j in range(n_far, n_last):
+        acc0, acc1, l_i, m_i, qk = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
+                                         row_valid, qk, True, True)
+    acc0, acc1, l_i, m_i, qk = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, n_last, pos, rel_off,
+                                     row_valid, qk, True, False)
+""")
+    return src
+
+# ---- qk_next with the ping-pong of the tensor cores: a warpgroup's GEMM block (P.V(j), then Q.K^T(j + 1)) is issued
+# in its turn, so that the two warpgroups' blocks alternate and each one's softmax runs under the other's GEMMs --------
+def qk_next_pp(src: str) -> str:
+    src = _turn_barriers(qk_next(src))
+    src = edit(src, "row_valid, qk, MASKED: gl.constexpr, NEXT: gl.constexpr):\n",
+               "row_valid, qk, turn, WG: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr):\n")
+    for a in ("False, True)", "True, True)", "True, False)"):
+        src = edit(src, f"row_valid, qk, {a}", f"row_valid, qk, turn, WG, {a}")
+    src = edit(src, "    pv = warpgroup_mma(p8, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)\n",
+               "    mbarrier.wait(turn.index(WG), (j + 1) & 1)    # this warpgroup's turn: its GEMM block (turn 0: Q.K^T(0))\n"
+               "    pv = warpgroup_mma(p8, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)\n")
+    src = edit(src, "        qk = _qk_issue(cfg, tiles, kv, q_wg, j + 1)\n",
+               "        qk = _qk_issue(cfg, tiles, kv, q_wg, j + 1)\n"
+               "        mbarrier.arrive(turn.index(1 - WG), count=1)  # the block is issued: the other warpgroup's turn\n")
+    src = edit(src, "    else:\n        pv = warpgroup_mma_wait(0, deps=(pv,))\n",
+               "    else:\n        mbarrier.arrive(turn.index(1 - WG), count=1)\n"
+               "        pv = warpgroup_mma_wait(0, deps=(pv,))\n")
+    return edit(src, "    qk = warpgroup_mma_wait(0, deps=(_qk_issue(cfg, tiles, kv, q_wg, 0),))\n",
+                "    mbarrier.wait(turn.index(WG), 0)\n"
+                "    qk = _qk_issue(cfg, tiles, kv, q_wg, 0)\n"
+                "    mbarrier.arrive(turn.index(1 - WG), count=1)\n"
+                "    qk = warpgroup_mma_wait(0, deps=(qk,))\n")
 
 # ---- programmatic dependent launch: the prefill kernel is launched while the Vᵀ pre-pass runs (launch_pdl); its
 # prologue (Q into shared memory, the barriers, the key range) overlaps the pre-pass, and only the producer, the one
@@ -155,6 +229,8 @@ VARIANTS = {
     "stages4": ([stages4], "four K/V^T stages", True),
     "pingpong_gemms": ([pingpong_gemms], "a warpgroup holds the tensor cores' turn from its P.V(j) to its "
                                          "Q.K^T(j + 1): one warpgroup's GEMMs run under the other's softmax", True),
+    "qk_next": ([qk_next], "Q.K^T(j + 1) issued right behind P.V(j), one wait for both", True),
+    "qk_next_pp": ([qk_next_pp], "qk_next's GEMM blocks issued in turns (a ping-pong of the tensor cores)", True),
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),

@@ -106,8 +106,8 @@ def qk_next(src: str) -> str:
     src = edit(src, "\n@gluon.jit\ndef _tile(", QK_ISSUE + "\n@gluon.jit\ndef _tile(")
     src = edit(src, "row_valid, MASKED: gl.constexpr):\n    kv.wait_ready(j)\n"
                     "    s_acc = gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, cfg.s_layout)\n"
-                    "    qk = warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, "
-                    "is_async=True)\n    qk = warpgroup_mma_wait(0, deps=(qk,))\n",
+                    "    qk = warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, "
+                    "use_acc=False, is_async=True)\n    qk = warpgroup_mma_wait(0, deps=(qk,))\n",
                "row_valid, qk, MASKED: gl.constexpr, NEXT: gl.constexpr):\n")
     src = edit(src, "    pv = warpgroup_mma_wait(0, deps=(pv,))\n",
                "    if NEXT:\n"
@@ -145,11 +145,11 @@ def qk_next_pp(src: str) -> str:
     for a in ("False, True)", "True, True)", "True, False)"):
         src = edit(src, f"row_valid, qk, {a}", f"row_valid, qk, turn, WG, {a}")
     src = edit(src, "    pv = warpgroup_mma(p8, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)\n",
-               "    mbarrier.wait(turn.index(WG), (j + 1) & 1)    # this warpgroup's turn: its GEMM block (turn 0: Q.K^T(0))\n"
+               "    mbarrier.wait(turn.index(WG), (j + 1) & 1)    # this warpgroup's turn: its GEMM block\n"
                "    pv = warpgroup_mma(p8, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)\n")
     src = edit(src, "        qk = _qk_issue(cfg, tiles, kv, q_wg, j + 1)\n",
                "        qk = _qk_issue(cfg, tiles, kv, q_wg, j + 1)\n"
-               "        mbarrier.arrive(turn.index(1 - WG), count=1)  # the block is issued: the other warpgroup's turn\n")
+               "        mbarrier.arrive(turn.index(1 - WG), count=1)  # the block is issued: the other's turn\n")
     src = edit(src, "    else:\n        pv = warpgroup_mma_wait(0, deps=(pv,))\n",
                "    else:\n        mbarrier.arrive(turn.index(1 - WG), count=1)\n"
                "        pv = warpgroup_mma_wait(0, deps=(pv,))\n")

@@ -4,9 +4,9 @@
 
 # %% auto #0
 __all__ = ['DECODE_BLOCK_N', 'DECODE_MAX_G', 'DECODE_WAVES', 'VT_SCRATCH_MAX_BYTES', 'AUTO_CAPABILITIES',
-           'AUTO_DECODE_CAPABILITIES', 'Sm90Config', 'Ring', 'KeyRange', 'KVTiles', 'QueryTile', 'vt_scratch_shape',
-           'sm90_eligible', 'auto_selects', 'launch_prefill_sm90', 'prefill_sm90', 'decode_sm90_picked',
-           'decode_sm90_splits', 'launch_decode_sm90', 'decode_sm90']
+           'AUTO_DECODE_CAPABILITIES', 'Sm90Config', 'Ring', 'Turns', 'KeyRange', 'KVTiles', 'QueryTile',
+           'vt_scratch_shape', 'sm90_eligible', 'auto_selects', 'launch_prefill_sm90', 'prefill_sm90',
+           'decode_sm90_picked', 'decode_sm90_splits', 'launch_decode_sm90', 'decode_sm90']
 
 # %% ../nbs/07c_attention_sm90.ipynb #03da3813
 import math
@@ -124,6 +124,34 @@ def _init_ring(ring, consumers: gl.constexpr):
     for i in gl.static_range(ring.depth):
         mbarrier.init(ring.ready.index(i), count=1)
         mbarrier.init(ring.free.index(i), count=consumers)
+
+@aggregate
+class Turns:
+    """The tensor cores' turn between the two consumer warpgroups: warpgroup WG's n-th turn is phase n & 1 of its
+    count-1 mbarrier `bar[WG]`, and it passes the turn by arriving on the other's. With `on` False every call is a
+    no-op (the window layers' free schedule)."""
+    bar: gl.shared_memory_descriptor       # [2, 1]
+    on: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, bar, on):
+        self.bar, self.on = bar, gl.constexpr(on)
+
+    @gluon.jit
+    def init(self):
+        if self.on:
+            for i in gl.static_range(2):
+                mbarrier.init(self.bar.index(i), count=1)
+
+    @gluon.jit
+    def take(self, WG: gl.constexpr, n):
+        if self.on:
+            mbarrier.wait(self.bar.index(WG), n & 1)
+
+    @gluon.jit
+    def give(self, WG: gl.constexpr):
+        if self.on:
+            mbarrier.arrive(self.bar.index(1 - WG), count=1)
 
 # %% ../nbs/07c_attention_sm90.ipynb #8dbe93e2
 @aggregate
@@ -288,10 +316,12 @@ def _key_slots(p):
 
 
 @gluon.jit
-def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off, row_valid, MASKED: gl.constexpr):
+def _tile(cfg, keys, tiles, kv, turns, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off, row_valid, WG: gl.constexpr,
+          MASKED: gl.constexpr):
     kv.wait_ready(j)
     s_acc = gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, cfg.s_layout)
     qk = warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, is_async=True)
+    turns.give(WG)                 # Q.K^T(j) is issued: the other warpgroup's P.V and next Q.K^T run under this softmax
     qk = warpgroup_mma_wait(0, deps=(qk,))
     if MASKED:
         offs_n = keys.lo + j * cfg.BLOCK_N + gl.arange(0, cfg.BLOCK_N, layout=gl.SliceLayout(0, cfg.s_layout))
@@ -320,6 +350,7 @@ def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
     # two-level accumulation: each tile's P.V, one wgmma of N = D = 128, lands in a fresh accumulator; its halves of D
     # (the top column bit is a register bit: the split renames registers) are added to the fp32 sums
     o_acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)
+    turns.take(WG, j + 1)          # this warpgroup's turn: P.V(j), then (the next call) Q.K^T(j + 1)
     pv = warpgroup_mma(p8, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)
     pv = warpgroup_mma_wait(0, deps=(pv,))
     pv0, pv1 = gl.split(gl.permute(gl.reshape(pv, [cfg.M, 2, cfg.HALF]), [0, 2, 1]))
@@ -332,7 +363,7 @@ def _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
 
 # %% ../nbs/07c_attention_sm90.ipynb #a2561efb
 @gluon.jit
-def _consumer(cfg, keys, tiles, kv, qt, WG: gl.constexpr):
+def _consumer(cfg, keys, tiles, kv, turns, qt, WG: gl.constexpr):
     # this warpgroup's rows: WG * 64 ... WG * 64 + 63 of the program's 128
     rows_l: gl.constexpr = gl.SliceLayout(1, cfg.s_layout)
     rows = WG * cfg.M + gl.arange(0, cfg.M, layout=rows_l)
@@ -346,12 +377,14 @@ def _consumer(cfg, keys, tiles, kv, qt, WG: gl.constexpr):
     acc0 = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)
     acc1 = gl.zeros([cfg.M, cfg.HALF], gl.float32, cfg.o_layout)
     q_wg = qt.q_smem.index(WG)
+    turns.take(WG, 0)                  # the turn for Q.K^T(0): warpgroup 0's first
     for j in range(0, keys.n_far):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
-                                     row_valid, False)
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, turns, qt, acc0, acc1, l_i, m_i, q_wg, j, pos,
+                                     rel_off, row_valid, WG, False)
     for j in range(keys.n_far, keys.n_tiles):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
-                                     row_valid, True)
+        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, turns, qt, acc0, acc1, l_i, m_i, q_wg, j, pos,
+                                     rel_off, row_valid, WG, True)
+    turns.give(WG)                     # the last P.V is done: the other warpgroup's last turn
     # the epilogue: out = v_scale · acc / l in bf16
     l_i = gl.convert_layout(l_i, gl.SliceLayout(1, cfg.o_layout))
     l_safe = gl.where(l_i == 0.0, 1.0, l_i)
@@ -406,16 +439,20 @@ def _prefill_sm90_kernel(Q, k_desc, vt_desc, REL, OUT, BT, SEQ, CU,
     vt_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, HEAD_DIM, BLOCK_N], smem_layout)
     kv = _alloc_ring(STAGES)      # ready: TMA landed the stage's K and Vᵀ; free: both consumers are done with them
     _init_ring(kv, 2)
+    # the ping-pong of the tensor cores on global layers (a window layer's few near tiles ran slower with it)
+    turns = Turns(gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()), not HAS_WINDOW)
+    turns.init()
     fence_async_shared()
     _cta_barrier()
+    turns.give(1)                   # warpgroup 0 has the first turn
     tiles = KVTiles(k_desc, vt_desc, BT, b.to(gl.int64) * stride_btb, oob_row, row_blk, hkv * row_head, hkv * col_head,
                     (b * gl.num_programs(2) + hkv) * HEAD_DIM, k_smem, vt_smem)
     qt = QueryTile(q_smem, q_start, q_len, pos0, tok0, hkv, REL, stride_rt, stride_rh, sm_scale_log2, threshold, E, W,
                    OUT, stride_ot, stride_oh, out_scale)
     # this program's 4 warps produce (TMA); two more warpgroups consume, 64 rows each, with CONSUMER_REGS registers
     gl.warp_specialize([(_producer, (cfg, keys, tiles, kv)),
-                        (_consumer, (cfg, keys, tiles, kv, qt, 0)),
-                        (_consumer, (cfg, keys, tiles, kv, qt, 1))],
+                        (_consumer, (cfg, keys, tiles, kv, turns, qt, 0)),
+                        (_consumer, (cfg, keys, tiles, kv, turns, qt, 1))],
                        [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 # %% ../nbs/07c_attention_sm90.ipynb #8d2b44a3

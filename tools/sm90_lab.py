@@ -30,134 +30,8 @@ def edit(src: str, old: str, new: str, count: int = 1) -> str:
         raise ValueError(f"edit expects {count or 'some'} occurrence(s) of {old[:70]!r}, the source has {n}")
     return src.replace(old, new)
 
-def _turns(src: str) -> str:
-    """What both ping-pongs share: two count-1 mbarriers `turn` (one a consumer warpgroup waits on, one it arrives on
-    for the other), warpgroup 0's first, handed to each `_tile` with the warpgroup's index."""
-    src = edit(src, "row_valid, MASKED: gl.constexpr):\n    kv.wait_ready(j)",
-               "row_valid, turn, WG: gl.constexpr, MASKED: gl.constexpr):\n    kv.wait_ready(j)")
-    src = edit(src, "row_valid, False)", "row_valid, turn, WG, False)", count=None)
-    src = edit(src, "row_valid, True)", "row_valid, turn, WG, True)", count=None)
-    return _turn_barriers(src)
-
-def _turn_barriers(src: str) -> str:
-    "The `turn` barriers' allocation, initialization and first arrival, and the consumers' new argument."
-    src = edit(src, "def _consumer(cfg, keys, tiles, kv, qt, WG: gl.constexpr):",
-               "def _consumer(cfg, keys, tiles, kv, qt, turn, WG: gl.constexpr):")
-    src = edit(src, "    _init_ring(kv, 2)\n",
-               "    _init_ring(kv, 2)\n"
-               "    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())\n"
-               "    for i in gl.static_range(2):\n"
-               "        mbarrier.init(turn.index(i), count=1)\n")
-    src = edit(src, "    fence_async_shared()\n    _cta_barrier()\n    tiles = KVTiles(",
-               "    fence_async_shared()\n    _cta_barrier()\n"
-               "    mbarrier.arrive(turn.index(0), count=1)       # warpgroup 0 has the first turn\n"
-               "    tiles = KVTiles(")
-    for wg in (0, 1):
-        src = edit(src, f"(_consumer, (cfg, keys, tiles, kv, qt, {wg}))",
-                   f"(_consumer, (cfg, keys, tiles, kv, qt, turn, {wg}))")
-    return src
-
-# ---- ping-pong: the two consumer warpgroups take turns to issue their Q.K^T (two mbarriers, count 1 each) ---------
-def pingpong(src: str) -> str:
-    return edit(_turns(src),
-                "    qk = warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, "
-                "is_async=True)\n",
-                "    mbarrier.wait(turn.index(WG), j & 1)          # this warpgroup's turn to issue (phase j: tile j)\n"
-                "    qk = warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, "
-                "is_async=True)\n"
-                "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn\n")
-
-
 def stages4(src: str) -> str:
     return edit(src, "_CONSUMER_REGS, _MAXNREG = 128, 128, 3, 4,", "_CONSUMER_REGS, _MAXNREG = 128, 128, 4, 4,")
-
-# ---- ping-pong of the tensor cores (FA3's inter-warpgroup schedule): a warpgroup holds the turn from the P.V of one
-# tile to the Q.K^T of the next, so that its two GEMMs run back to back while the other warpgroup computes its softmax.
-# (`pingpong` above passes the turn right after each Q.K^T: both warpgroups then compute their softmax together) ------
-def pingpong_gemms(src: str) -> str:
-    src = edit(_turns(src), "    qk = warpgroup_mma_wait(0, deps=(qk,))\n    if MASKED:",
-               "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn: its P.V and next Q.K^T\n"
-               "    qk = warpgroup_mma_wait(0, deps=(qk,))\n    if MASKED:")
-    src = edit(src, "    o_acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)\n    pv = warpgroup_mma(",
-               "    o_acc = gl.zeros([cfg.M, 2 * cfg.HALF], gl.float32, cfg.s_layout)\n"
-               "    mbarrier.wait(turn.index(WG), (j + 1) & 1)    # this warpgroup's turn: P.V(j), then Q.K^T(j + 1)\n"
-               "    pv = warpgroup_mma(")
-    src = edit(src, "    q_wg = qt.q_smem.index(WG)\n",
-               "    q_wg = qt.q_smem.index(WG)\n"
-               "    mbarrier.wait(turn.index(WG), 0)              # the turn for tile 0's Q.K^T (warpgroup 0 first)\n")
-    return edit(src, "    # the epilogue: out = v_scale",
-                "    mbarrier.arrive(turn.index(1 - WG), count=1)  # the last P.V is issued and done: pass the turn\n"
-                "    # the epilogue: out = v_scale")
-
-# ---- Q.K^T of the next tile issued right behind P.V: a warpgroup's two GEMMs run back to back and it waits once for
-# both, so one wgmma round trip a tile leaves its chain. Nothing in flight crosses the loop's back edge (both are
-# waited inside the iteration), which is what made ptxas serialize the earlier intra-warpgroup builds. Tile 0's Q.K^T
-# is issued before the loops and the last tile, always a near one, after them ------------------------------------------
-QK_ISSUE = '''
-@gluon.jit
-def _qk_issue(cfg, tiles, kv, q_wg, j):
-    kv.wait_ready(j)
-    s_acc = gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, cfg.s_layout)
-    return warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, is_async=True)
-
-'''
-
-def qk_next(src: str) -> str:
-    src = edit(src, "\n@gluon.jit\ndef _tile(", QK_ISSUE + "\n@gluon.jit\ndef _tile(")
-    src = edit(src, "row_valid, MASKED: gl.constexpr):\n    kv.wait_ready(j)\n"
-                    "    s_acc = gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, cfg.s_layout)\n"
-                    "    qk = warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, "
-                    "use_acc=False, is_async=True)\n    qk = warpgroup_mma_wait(0, deps=(qk,))\n",
-               "row_valid, qk, MASKED: gl.constexpr, NEXT: gl.constexpr):\n")
-    src = edit(src, "    pv = warpgroup_mma_wait(0, deps=(pv,))\n",
-               "    if NEXT:\n"
-               "        qk = _qk_issue(cfg, tiles, kv, q_wg, j + 1)\n"
-               "        pv, qk = warpgroup_mma_wait(0, deps=(pv, qk))\n"
-               "    else:\n"
-               "        pv = warpgroup_mma_wait(0, deps=(pv,))\n")
-    src = edit(src, "    return acc0, acc1, l_i, m_new\n", "    return acc0, acc1, l_i, m_new, qk\n")
-    src = edit(src, """    for j in range(0, keys.n_far):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
-                                     row_valid, False)
-    for j in range(keys.n_far, keys.n_tiles):
-        acc0, acc1, l_i, m_i = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
-                                     row_valid, True)
-""", """    qk = warpgroup_mma_wait(0, deps=(_qk_issue(cfg, tiles, kv, q_wg, 0),))
-    n_last = keys.n_tiles - 1           # the last tile is a near one (it holds the last query's own key)
-    n_far = gl.minimum(keys.n_far, n_last)
-    for j in range(0, n_far):
-        acc0, acc1, l_i, m_i, qk = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
-                                         row_valid, qk, False, True)
-    for j in range(n_far, n_last):
-        acc0, acc1, l_i, m_i, qk = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, j, pos, rel_off,
-                                         row_valid, qk, True, True)
-    acc0, acc1, l_i, m_i, qk = _tile(cfg, keys, tiles, kv, qt, acc0, acc1, l_i, m_i, q_wg, n_last, pos, rel_off,
-                                     row_valid, qk, True, False)
-""")
-    return src
-
-# ---- qk_next with the ping-pong of the tensor cores: a warpgroup's GEMM block (P.V(j), then Q.K^T(j + 1)) is issued
-# in its turn, so that the two warpgroups' blocks alternate and each one's softmax runs under the other's GEMMs --------
-def qk_next_pp(src: str) -> str:
-    src = _turn_barriers(qk_next(src))
-    src = edit(src, "row_valid, qk, MASKED: gl.constexpr, NEXT: gl.constexpr):\n",
-               "row_valid, qk, turn, WG: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr):\n")
-    for a in ("False, True)", "True, True)", "True, False)"):
-        src = edit(src, f"row_valid, qk, {a}", f"row_valid, qk, turn, WG, {a}")
-    src = edit(src, "    pv = warpgroup_mma(p8, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)\n",
-               "    mbarrier.wait(turn.index(WG), (j + 1) & 1)    # this warpgroup's turn: its GEMM block\n"
-               "    pv = warpgroup_mma(p8, vt_j.permute((1, 0)), o_acc, use_acc=False, is_async=True)\n")
-    src = edit(src, "        qk = _qk_issue(cfg, tiles, kv, q_wg, j + 1)\n",
-               "        qk = _qk_issue(cfg, tiles, kv, q_wg, j + 1)\n"
-               "        mbarrier.arrive(turn.index(1 - WG), count=1)  # the block is issued: the other's turn\n")
-    src = edit(src, "    else:\n        pv = warpgroup_mma_wait(0, deps=(pv,))\n",
-               "    else:\n        mbarrier.arrive(turn.index(1 - WG), count=1)\n"
-               "        pv = warpgroup_mma_wait(0, deps=(pv,))\n")
-    return edit(src, "    qk = warpgroup_mma_wait(0, deps=(_qk_issue(cfg, tiles, kv, q_wg, 0),))\n",
-                "    mbarrier.wait(turn.index(WG), 0)\n"
-                "    qk = _qk_issue(cfg, tiles, kv, q_wg, 0)\n"
-                "    mbarrier.arrive(turn.index(1 - WG), count=1)\n"
-                "    qk = warpgroup_mma_wait(0, deps=(qk,))\n")
 
 # ---- programmatic dependent launch: the prefill kernel is launched while the Vᵀ pre-pass runs (launch_pdl); its
 # prologue (Q into shared memory, the barriers, the key range) overlaps the pre-pass, and only the producer, the one
@@ -204,6 +78,53 @@ def bias_prefetch(src: str) -> str:
                "            _prefetch_bias(cfg, qt)\n")
     return edit(src, "(_producer, (cfg, keys, tiles, kv))", "(_producer, (cfg, keys, tiles, kv, qt))")
 
+# ---- window layers on qk_next_pp's schedule (commit 72450f7: 9 % faster than the free schedule at window 512 on the
+# H100): Q.K^T(j + 1) issued right behind P.V(j) in the warpgroup's turn, one wait for both. A window layer's tiles are
+# all near ones. The global builds are untouched (the same cubins): `_tile_next` is `_tile` edited, beside it -------
+QK_ISSUE = '''
+@gluon.jit
+def _qk_issue(cfg, tiles, kv, q_wg, j):
+    kv.wait_ready(j)
+    s_acc = gl.zeros([cfg.M, cfg.BLOCK_N], gl.float32, cfg.s_layout)
+    return warpgroup_mma(q_wg, tiles.k_smem.index(j % cfg.STAGES).permute((1, 0)), s_acc, use_acc=False, is_async=True)
+
+'''
+
+def window_next(src: str) -> str:
+    a = src.index("@gluon.jit\ndef _tile(")
+    tile = src[a:src.index("\n# %% ", a)]
+    nxt = edit(tile, "def _tile(", "def _tile_next(")
+    nxt = edit(nxt, "row_valid, WG: gl.constexpr,\n          MASKED: gl.constexpr):\n",
+               "row_valid, qk,\n               WG: gl.constexpr, MASKED: gl.constexpr, NEXT: gl.constexpr):\n")
+    i, k = nxt.index("    kv.wait_ready(j)\n"), nxt.index("    if MASKED:\n")
+    nxt = nxt[:i] + nxt[k:]
+    nxt = edit(nxt, "    pv = warpgroup_mma_wait(0, deps=(pv,))\n",
+               "    if NEXT:\n"
+               "        qk = _qk_issue(cfg, tiles, kv, q_wg, j + 1)\n"
+               "        turns.give(WG)             # the block is issued: the other warpgroup's turn\n"
+               "        pv, qk = warpgroup_mma_wait(0, deps=(pv, qk))\n"
+               "    else:\n"
+               "        turns.give(WG)\n"
+               "        pv = warpgroup_mma_wait(0, deps=(pv,))\n")
+    nxt = edit(nxt, "    return acc0, acc1, l_i, m_new\n", "    return acc0, acc1, l_i, m_new, qk\n")
+    src = src[:a] + QK_ISSUE + tile + "\n\n" + nxt + src[a + len(tile):]
+    loops = src[src.index("    turns.take(WG, 0)"):src.index("    # the epilogue: out = v_scale")]
+    window = """    if cfg.HAS_WINDOW:                 # every tile near; Q.K^T(j + 1) in P.V(j)'s turn
+        turns.take(WG, 0)
+        qk = _qk_issue(cfg, tiles, kv, q_wg, 0)
+        turns.give(WG)
+        qk = warpgroup_mma_wait(0, deps=(qk,))
+        n_last = keys.n_tiles - 1
+        for j in range(0, n_last):
+            acc0, acc1, l_i, m_i, qk = _tile_next(cfg, keys, tiles, kv, turns, qt, acc0, acc1, l_i, m_i, q_wg, j,
+                                                  pos, rel_off, row_valid, qk, WG, True, True)
+        acc0, acc1, l_i, m_i, qk = _tile_next(cfg, keys, tiles, kv, turns, qt, acc0, acc1, l_i, m_i, q_wg, n_last,
+                                              pos, rel_off, row_valid, qk, WG, True, False)
+    else:
+"""
+    src = edit(src, loops, window + "".join("    " + l if l.strip() else l for l in loops.splitlines(True)))
+    return edit(src, "mbarrier.MBarrierLayout()), not HAS_WINDOW)", "mbarrier.MBarrierLayout()), True)")
+
 # ---- ablation: the far tiles' exp2 (MUFU) replaced by its argument: wrong outputs; times what MUFU costs -----------
 def no_exp2(src: str) -> str:
     return edit(src, "        p = gl.exp2(qk * qt.sm_scale_log2 - m_off[:, None])     # one FMA per score",
@@ -221,19 +142,17 @@ def no_exp2(src: str) -> str:
 # [64, 128] tensor: level; commit 46760f5) and q_regs (Q as Q.K^T's register operand: no faster in any record, and
 # its register A operand would read as P.V's in tools/sm90_compile.py's count), bias_tma/bias_tma_int/bias_tma_int_w
 # (the near tiles' bias windows by per-token TMA boxes, reversed by an anti-identity wgmma: they fault, a TMA box must
-# start at a 16-byte multiple and 7 tokens in 8 do not; commit c078bbd, tools/sm90_bias_probe.py);
-# their records in bench/notes
+# start at a 16-byte multiple and 7 tokens in 8 do not; commit c078bbd, tools/sm90_bias_probe.py), pingpong_gemms (the
+# tensor cores' turn from a warpgroup's P.V(j) to its Q.K^T(j + 1): folded into 07c for global layers on 2026-12-07),
+# pingpong (the turn around Q.K^T alone: slower), qk_next and qk_next_pp (Q.K^T(j + 1) issued behind P.V(j), one wait
+# for both, without and with turns: slower on the small prefills; commit 72450f7); their records in bench/notes
 VARIANTS = {
-    "pingpong": ([pingpong], "the consumers take turns to issue Q.K^T (an mbarrier ping-pong): one warpgroup's softmax "
-                             "runs under the other's MMAs", True),
     "stages4": ([stages4], "four K/V^T stages", True),
-    "pingpong_gemms": ([pingpong_gemms], "a warpgroup holds the tensor cores' turn from its P.V(j) to its "
-                                         "Q.K^T(j + 1): one warpgroup's GEMMs run under the other's softmax", True),
-    "qk_next": ([qk_next], "Q.K^T(j + 1) issued right behind P.V(j), one wait for both", True),
-    "qk_next_pp": ([qk_next_pp], "qk_next's GEMM blocks issued in turns (a ping-pong of the tensor cores)", True),
     "pdl": ([pdl], "the prefill kernel launched while the Vᵀ pre-pass runs; its producer waits for the scratch", True),
     "bias_prefetch": ([bias_prefetch], "the near tiles' bias rows prefetched into L2 by the producer while the far "
                                        "tiles run", True),
+    "window_next": ([window_next], "window layers: Q.K^T(j + 1) issued behind P.V(j) in the warpgroup's turn (qk_next_pp)",
+                    True),
     "ablation: no far exp2": ([no_exp2], "the far tiles' exp2 left out: wrong outputs, times the rest", None),
 }
 

@@ -14,7 +14,7 @@ from .layer import InklingAttention
 from .reference import rms_norm, sconv_paged, SCONV_WIDTH
 from .batch import ModelBatch
 from .checkpoint import (MAX_SHARD_BYTES, config_from_json, config_to_json, declared_kv_cache_dtype,
-                                      read_checkpoint, tiny_checkpoint, write_checkpoint)
+                                      read_checkpoint, tiny_checkpoint, write_checkpoint, _weights_dir)
 from .text import (NUM_BYTES, BOS, PAD, TEXT_VOCAB, PASSKEY_SENTENCE, PASSKEY_QUESTION, encode, decode,
                                 text_segments, text_sequences, heldout_documents, calibration_text, modern_prose,
                                 passkey_sequence, passkey_prompts, passkey_correct)
@@ -264,7 +264,7 @@ InklingLM.from_pretrained = _from_pretrained
 # %% ../nbs/12_model.ipynb #7c31223e
 def train_log() -> dict:
     "The shipped checkpoint's training log (loss, held-out accuracy, served accuracy, command, GPU, versions)."
-    return json.loads((tiny_checkpoint().parent / "train_log.json").read_text())
+    return json.loads((_weights_dir() / "train_log.json").read_text())
 
 # %% ../nbs/12_model.ipynb #107eab2f
 def planted_rows(attn: InklingAttention, channels: int) -> list:

@@ -12,7 +12,9 @@ scores the validation books and pass keys (teacher-forced exact match, which equ
 final weights in bf16 (`save_pretrained`) and measures, in bf16: the loss on the
 held-out test books and on contemporary prose (`model.modern_prose`), beside a byte-trigram model fitted on the same training
 text, and pass-key retrieval served through the package's kernels (`model.Engine`). Writes `train_log.json` beside the
-checkpoint: the command, GPU, versions, the loss curve and every number above.
+checkpoint: the command, GPU, versions, the loss curve and every number above; and `<out>-packed`, the checkpoint as the
+package ships it (`checkpoint.pack_checkpoint`): its files replace `inkling_fp8kv/weights/tiny/`, the log
+`inkling_fp8kv/weights/train_log.json`.
 """
 import argparse, json, math, platform, queue, sys, threading, time
 from pathlib import Path
@@ -21,6 +23,7 @@ import torch
 import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).parent))
 from corpus import TEST, VALID, load_corpus
+from inkling_fp8kv.checkpoint import pack_checkpoint
 from inkling_fp8kv.model import (BOS, PAD, PASSKEY_QUESTION, InklingLM, Engine, dense_logits, encode, modern_prose, passkey_correct,
                                  passkey_prompts, passkey_sequence, tiny_lm_config)
 
@@ -249,7 +252,8 @@ def main():
                       torch=torch.__version__, triton=__import__("triton").__version__, python=platform.python_version(),
                       date=time.strftime("%Y-%m-%d"), command=" ".join(["python"] + sys.argv))
     (out.parent / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")
-    print("saved", out, "in", log["total_seconds"], "s")
+    packed = pack_checkpoint(out, out.with_name(out.name + "-packed"))
+    print("saved", out, "and", packed, "in", log["total_seconds"], "s")
 
 if __name__ == "__main__":
     main()

@@ -522,4 +522,7 @@ def tiny_checkpoint() -> Path:
         stale = dst.with_name(f".{dst.name}.{os.getpid()}-{secrets.token_hex(4)}.stale")
         with contextlib.suppress(FileNotFoundError): os.rename(dst, stale)
         shutil.rmtree(stale, ignore_errors=True)
-    return unpack_checkpoint(p, dst)
+    try: return unpack_checkpoint(p, dst)
+    except OSError as e:
+        raise CheckpointError(f"cannot unpack the shipped checkpoint into {dst.parent} ({e.strerror or e}): set "
+                              "INKLING_FP8KV_CACHE to a writable folder") from None

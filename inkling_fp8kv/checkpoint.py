@@ -464,6 +464,8 @@ def _manifest(packed: Path) -> tuple:
     if m.get("format") != "xz" or not isinstance(sh, dict) or not all(
             isinstance(v, dict) and isinstance(v.get("bytes"), int) and isinstance(v.get("sha256"), str) for v in sh.values()):
         raise CheckpointError(f"{packed / PACKED_NAME}: expected {{'format': 'xz', 'shards': {{name: {{bytes, sha256}}}}}}")
+    bad = [n for n in sh if Path(n).name != n or n.startswith(".")]
+    if bad: raise CheckpointError(f"{packed / PACKED_NAME} names the shard {bad[0]!r}: expected a file name in the folder")
     return raw, sh
 
 def _whole(d: Path, shards: dict) -> bool:

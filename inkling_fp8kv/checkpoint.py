@@ -478,7 +478,8 @@ def _whole(d: Path, shards: dict) -> bool:
 
 def unpack_checkpoint(packed, dst) -> Path:
     """The packed checkpoint `packed` unpacked into the new folder `dst` (built beside it under a temp name, then renamed,
-    so `dst` is whole or absent); every shard checked against the manifest. A `dst` another process made first is kept."""
+    so `dst` is whole or absent); every shard checked against the manifest. A `dst` that is already there is kept if it
+    holds this checkpoint (another process unpacked it first) and refused otherwise."""
     packed, dst = Path(packed), Path(dst)
     _, shards = _manifest(packed)
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -496,7 +497,9 @@ def unpack_checkpoint(packed, dst) -> Path:
         for n in (INDEX_NAME, CONFIG_NAME): shutil.copyfile(packed / n, tmp / n)
         try: os.rename(tmp, dst)
         except OSError as e:
-            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY): raise      # another process renamed its copy in first
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY): raise
+            if not _whole(dst, shards):                                      # not another process's copy of this one
+                raise CheckpointError(f"{dst} already exists and does not hold this checkpoint: unpack elsewhere") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dst
